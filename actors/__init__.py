@@ -1,0 +1,1 @@
+"""llmrt's actors: the runtime facade, registry, registrations and calls."""

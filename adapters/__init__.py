@@ -1,0 +1,1 @@
+"""Provider adapters. Wire formats live here and nowhere else."""

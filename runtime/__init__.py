@@ -1,0 +1,158 @@
+"""llmrt: a trio runtime for streaming LLM calls.
+
+The vocabulary (messages, content blocks, stream chunks, failures), the codec,
+the `BlockAssembler` and the `Adapter` contract live here; the runtime itself
+(`open_runtime`, `LlmRuntime`, abort signals) lives in `llmrt.actors` and is
+re-exported below.
+"""
+
+from __future__ import annotations
+
+from ._adapter import Adapter as Adapter
+from ._assembler import BlockAssembler as BlockAssembler
+from ._chunks import BlockEnd as BlockEnd
+from ._chunks import BlockStart as BlockStart
+from ._chunks import Finish as Finish
+from ._chunks import FinishAborted as FinishAborted
+from ._chunks import FinishError as FinishError
+from ._chunks import FinishMaxTokens as FinishMaxTokens
+from ._chunks import FinishReason as FinishReason
+from ._chunks import FinishStop as FinishStop
+from ._chunks import FinishToolCalls as FinishToolCalls
+from ._chunks import ReasoningDelta as ReasoningDelta
+from ._chunks import StreamChunk as StreamChunk
+from ._chunks import TextDelta as TextDelta
+from ._chunks import TokenUsage as TokenUsage
+from ._chunks import ToolCallDelta as ToolCallDelta
+from ._chunks import UsageChunk as UsageChunk
+from ._codec import decode as decode
+from ._codec import decode_chunk as decode_chunk
+from ._codec import decode_message as decode_message
+from ._codec import decode_request as decode_request
+from ._codec import encode as encode
+from ._codec import encode_into as encode_into
+from ._content import CONTENT_BLOCK_TYPES as CONTENT_BLOCK_TYPES
+from ._content import ContentBlock as ContentBlock
+from ._content import ContentBlockType as ContentBlockType
+from ._content import ContextSnapshotSection as ContextSnapshotSection
+from ._content import ImageBlock as ImageBlock
+from ._content import Message as Message
+from ._content import MessageSource as MessageSource
+from ._content import ModelSource as ModelSource
+from ._content import PluginSource as PluginSource
+from ._content import ReasoningBlock as ReasoningBlock
+from ._content import ReplayEnvelope as ReplayEnvelope
+from ._content import Role as Role
+from ._content import TextBlock as TextBlock
+from ._content import ToolCallBlock as ToolCallBlock
+from ._content import ToolResultBlock as ToolResultBlock
+from ._content import ToolSource as ToolSource
+from ._content import UserSource as UserSource
+from ._content import new_message_id as new_message_id
+from ._content import system_message as system_message
+from ._content import tool_result_message as tool_result_message
+from ._content import user_message as user_message
+from ._errors import DecodeError as DecodeError
+from ._errors import ErrorCode as ErrorCode
+from ._errors import LlmError as LlmError
+from ._errors import LlmFailure as LlmFailure
+from ._errors import failure_of as failure_of
+from ._identity import AppIdentity as AppIdentity
+from ._identity import app_identity as app_identity
+from ._identity import attribution_headers as attribution_headers
+from ._request import CallConfigDefaults as CallConfigDefaults
+from ._request import ConfigurableProvider as ConfigurableProvider
+from ._request import DiscoveredModel as DiscoveredModel
+from ._request import GenerateOptions as GenerateOptions
+from ._request import LlmCallConfig as LlmCallConfig
+from ._request import ModelContext as ModelContext
+from ._request import ModelDiscoveryRequest as ModelDiscoveryRequest
+from ._request import ModelInfo as ModelInfo
+from ._request import ModelModality as ModelModality
+from ._request import ModelReasoningInfo as ModelReasoningInfo
+from ._request import ProviderInfo as ProviderInfo
+from ._request import ReasoningEffortInfo as ReasoningEffortInfo
+from ._request import ResolvedModelInfo as ResolvedModelInfo
+from ._request import ToolSchema as ToolSchema
+from ._retry import DEFAULT_RETRYABLE_CODES as DEFAULT_RETRYABLE_CODES
+from ._retry import AlwaysRetryPolicy as AlwaysRetryPolicy
+from ._retry import NormalRetryPolicy as NormalRetryPolicy
+from ._retry import ResolvedRetryPolicy as ResolvedRetryPolicy
+from ._retry import default_retry_policy as default_retry_policy
+
+__version__: str = app_identity().version
+
+__all__ = [
+    "CONTENT_BLOCK_TYPES",
+    "DEFAULT_RETRYABLE_CODES",
+    "Adapter",
+    "AlwaysRetryPolicy",
+    "AppIdentity",
+    "BlockAssembler",
+    "BlockEnd",
+    "BlockStart",
+    "CallConfigDefaults",
+    "ConfigurableProvider",
+    "ContentBlock",
+    "ContentBlockType",
+    "ContextSnapshotSection",
+    "DecodeError",
+    "DiscoveredModel",
+    "ErrorCode",
+    "Finish",
+    "FinishAborted",
+    "FinishError",
+    "FinishMaxTokens",
+    "FinishReason",
+    "FinishStop",
+    "FinishToolCalls",
+    "GenerateOptions",
+    "ImageBlock",
+    "LlmCallConfig",
+    "LlmError",
+    "LlmFailure",
+    "Message",
+    "MessageSource",
+    "ModelContext",
+    "ModelDiscoveryRequest",
+    "ModelInfo",
+    "ModelModality",
+    "ModelReasoningInfo",
+    "ModelSource",
+    "NormalRetryPolicy",
+    "PluginSource",
+    "ProviderInfo",
+    "ReasoningBlock",
+    "ReasoningDelta",
+    "ReasoningEffortInfo",
+    "ReplayEnvelope",
+    "ResolvedModelInfo",
+    "ResolvedRetryPolicy",
+    "Role",
+    "StreamChunk",
+    "TextBlock",
+    "TextDelta",
+    "TokenUsage",
+    "ToolCallBlock",
+    "ToolCallDelta",
+    "ToolResultBlock",
+    "ToolSchema",
+    "ToolSource",
+    "UsageChunk",
+    "UserSource",
+    "__version__",
+    "app_identity",
+    "attribution_headers",
+    "decode",
+    "decode_chunk",
+    "decode_message",
+    "decode_request",
+    "default_retry_policy",
+    "encode",
+    "encode_into",
+    "failure_of",
+    "new_message_id",
+    "system_message",
+    "tool_result_message",
+    "user_message",
+]

@@ -1,0 +1,56 @@
+"""The adapter contract every provider implementation fulfils."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+
+from ._chunks import StreamChunk
+from ._request import GenerateOptions, ModelInfo, ProviderInfo, ResolvedModelInfo
+from ._retry import ResolvedRetryPolicy
+
+__all__ = ["Adapter"]
+
+
+class Adapter(abc.ABC):
+    """Turns one provider's wire format into llmrt chunks.
+
+    Only `stream` is required. The rules every adapter obeys:
+
+    * one `stream` call is one provider attempt (no library retries);
+    * ``usage`` comes before the terminal ``finish`` and nothing follows it;
+    * tool-call arguments stay raw JSON strings;
+    * a failure either raises (ideally `LlmError`) or ends the stream with an
+      ``error``/``aborted`` finish carrying an `LlmFailure`;
+    * every HTTP request carries `attribution_headers()`.
+
+    Cancellation is structured: the runtime iterates `stream` in its own task
+    and cancels it, then closes the iterator, so an adapter releases its
+    resources in ``finally`` / ``async with`` blocks and needs no signal.
+
+    An adapter instance belongs to one registration; the runtime calls
+    `aclose` once after that registration's last call has ended.
+    """
+
+    @abc.abstractmethod
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        """Stream one model call as raw chunks (usually an async generator)."""
+
+    def provider_info(self, provider: str) -> ProviderInfo:
+        """Display metadata of one route this adapter owns; ``id`` must equal ``provider``."""
+        return ProviderInfo(id=provider, name=provider)
+
+    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
+        """The retry policy of one route, or ``None`` for the normal defaults."""
+        return None
+
+    async def list_models(self, provider: str) -> Sequence[ModelInfo]:
+        """Models this adapter advertises for one route (advisory). Default: none."""
+        return ()
+
+    async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
+        """Everything known about one exact model. Default: identity only (nothing known)."""
+        return ResolvedModelInfo(provider=provider, id=model, name=model)
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Release the adapter's resources (HTTP clients, ...). Default: nothing to release."""

@@ -1,0 +1,74 @@
+"""JSON encoding and typed decoding of llmrt's wire values.
+
+Encoders and decoders are built once. Every decoder raises `DecodeError`
+(a `ValueError`) with a message naming the JSON path of the problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from ._chunks import StreamChunk
+from ._content import Message
+from ._errors import DecodeError
+from ._request import GenerateOptions
+
+__all__ = ["encode", "encode_into", "decode", "decode_chunk", "decode_message", "decode_request"]
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_chunk_decoder = msgspec.json.Decoder(StreamChunk)
+_message_decoder = msgspec.json.Decoder(Message)
+_request_decoder = msgspec.json.Decoder(GenerateOptions)
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+#: ``encode(value) -> bytes``: compact JSON of any llmrt value.
+encode = _encoder.encode
+#: ``encode_into(value, buffer, offset)``: encode into a reused ``bytearray``.
+encode_into = _encoder.encode_into
+
+
+def _fail(exc: msgspec.DecodeError | msgspec.ValidationError) -> DecodeError:
+    text = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        return DecodeError(f"invalid value: {text}")
+    return DecodeError(f"malformed JSON: {text}")
+
+
+def decode_chunk(data: bytes | str) -> StreamChunk:
+    """Decode one stream chunk. Raises `DecodeError`."""
+    try:
+        return _chunk_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _fail(exc) from None
+
+
+def decode_message(data: bytes | str) -> Message:
+    """Decode one message. Raises `DecodeError`."""
+    try:
+        return _message_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _fail(exc) from None
+
+
+def decode_request(data: bytes | str) -> GenerateOptions:
+    """Decode one `GenerateOptions`. Raises `DecodeError`."""
+    try:
+        return _request_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _fail(exc) from None
+
+
+def decode(data: bytes | str, type: type[T]) -> T:
+    """Decode any llmrt wire type (a decoder per type is built once). Raises `DecodeError`."""
+    dec = _decoders.get(type)
+    if dec is None:
+        dec = _decoders[type] = msgspec.json.Decoder(type)
+    try:
+        result: T = dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _fail(exc) from None
+    return result

@@ -1,0 +1,176 @@
+"""The model request, call config, and provider/model descriptors."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from ._content import Message
+from ._wire import Wire
+
+__all__ = [
+    "ToolSchema",
+    "GenerateOptions",
+    "LlmCallConfig",
+    "CallConfigDefaults",
+    "ProviderInfo",
+    "ModelModality",
+    "ModelInfo",
+    "ModelContext",
+    "ReasoningEffortInfo",
+    "ModelReasoningInfo",
+    "ResolvedModelInfo",
+    "ConfigurableProvider",
+    "ModelDiscoveryRequest",
+    "DiscoveredModel",
+]
+
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ToolSchema(Wire, frozen=True):
+    """A tool as the model sees it: name, description and a JSON Schema for its arguments."""
+
+    name: _NonEmpty
+    description: str
+    parameters: dict[str, Any]
+
+
+class GenerateOptions(Wire, frozen=True):
+    """One model request, fully assembled and immutable.
+
+    ``provider`` selects the registered adapter; ``model`` is passed to it.
+    Cancellation is not part of the request: pass ``signal=`` to
+    ``LlmRuntime.stream``.
+    """
+
+    provider: _NonEmpty
+    model: _NonEmpty
+    messages: tuple[Message, ...]
+    reasoning_effort: str | None = None
+    system: str | None = None
+    tools: tuple[ToolSchema, ...] | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    max_tokens: _Positive | None = None
+    #: Generation halts at any of these strings, which are not included in the output.
+    stop: tuple[str, ...] | None = None
+    session_id: str | None = None
+    purpose: Literal["compaction", "session-title"] | None = None
+
+
+class LlmCallConfig(Wire, frozen=True):
+    """Provider, model, reasoning effort and sampling scalars of a call.
+
+    Each field maps onto the same-named `GenerateOptions` field.
+    """
+
+    provider: _NonEmpty
+    model: _NonEmpty
+    reasoning_effort: str | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    max_tokens: _Positive | None = None
+    stop: tuple[str, ...] | None = None
+
+
+class CallConfigDefaults(Wire, frozen=True):
+    """Which config fields the adapter supplied rather than the caller."""
+
+    reasoning_effort: bool = False
+    max_tokens: bool = False
+
+
+class ProviderInfo(Wire, frozen=True):
+    """Display metadata of one provider route."""
+
+    id: str
+    name: str
+
+
+ModelModality = Literal["text", "image"]
+
+
+class ModelInfo(Wire, frozen=True):
+    """One advertised model. The catalog is advisory, never a request whitelist."""
+
+    provider: str
+    id: str
+    name: str
+    description: str | None = None
+    #: Accepted input modalities; ``None`` means unknown.
+    input_modalities: tuple[ModelModality, ...] | None = None
+
+
+class ModelContext(Wire, frozen=True):
+    """Context capacity of one exact provider/model route."""
+
+    context_window: _Positive
+
+
+class ReasoningEffortInfo(Wire, frozen=True):
+    """One adapter-owned reasoning effort."""
+
+    id: _NonEmpty
+    name: str
+    description: str | None = None
+
+
+class ModelReasoningInfo(Wire, frozen=True):
+    """Selectable reasoning efforts of one model, in display order, and the default."""
+
+    efforts: tuple[ReasoningEffortInfo, ...]
+    default_effort: str | None = None
+
+
+class ResolvedModelInfo(Wire, frozen=True):
+    """Exact-model metadata resolved by the adapter that owns the route."""
+
+    provider: str
+    id: str
+    name: str
+    description: str | None = None
+    input_modalities: tuple[ModelModality, ...] | None = None
+    context: ModelContext | None = None
+    #: Output cap materialized into requests that set none.
+    default_max_tokens: _Positive | None = None
+    reasoning: ModelReasoningInfo | None = None
+
+
+class ConfigurableProvider(Wire, frozen=True):
+    """A provider route that configuration could activate, live or dormant."""
+
+    provider: _NonEmpty
+    display_name: str
+    settings_ns: _NonEmpty
+    settings_path: tuple[str, ...] = ()
+    #: True when the adapter knows this route only from configuration.
+    declared: bool | None = None
+
+
+class ModelDiscoveryRequest(Wire, frozen=True):
+    """One interrogation of an endpoint that configuration has not stored yet.
+
+    ``api_key`` is for this interrogation alone and never appears in ``repr``.
+    """
+
+    provider: str | None = None
+    base_url: str | None = msgspec.field(default=None, name="baseURL")
+    api: str | None = None
+    api_key: str | None = None
+
+    def __repr__(self) -> str:
+        key = "None" if self.api_key is None else "'***'"
+        return (
+            f"ModelDiscoveryRequest(provider={self.provider!r}, base_url={self.base_url!r}, "
+            f"api={self.api!r}, api_key={key})"
+        )
+
+
+class DiscoveredModel(Wire, frozen=True):
+    """One model an endpoint reports about itself."""
+
+    id: _NonEmpty
+    name: str | None = None
+    context_window: _Positive | None = None
+    max_tokens: _Positive | None = None

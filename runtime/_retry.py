@@ -1,0 +1,76 @@
+"""Resolved retry policies: what a provider route asks a retry executor to do."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from ._errors import ErrorCode
+from ._wire import Wire
+
+__all__ = [
+    "DEFAULT_RETRYABLE_CODES",
+    "NormalRetryPolicy",
+    "AlwaysRetryPolicy",
+    "ResolvedRetryPolicy",
+    "default_retry_policy",
+]
+
+#: Codes worth another attempt by default: transient provider or transport trouble.
+DEFAULT_RETRYABLE_CODES: tuple[str, ...] = (
+    ErrorCode.RATE_LIMIT,
+    ErrorCode.OVERLOADED,
+    ErrorCode.SERVER_ERROR,
+    ErrorCode.NETWORK,
+    ErrorCode.TIMEOUT,
+    ErrorCode.EMPTY_RESPONSE,
+)
+
+_Ms = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class _Backoff(Wire, frozen=True):
+    retryable_codes: tuple[str, ...] = DEFAULT_RETRYABLE_CODES
+    #: Delay before the first retry; doubles per retry up to ``max_delay_ms``.
+    initial_delay_ms: _Ms = 1_000.0
+    max_delay_ms: _Ms = 30_000.0
+    #: Each delay is scaled by a random factor in ``[1 - jitter_ratio, 1 + jitter_ratio]``.
+    jitter_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.initial_delay_ms < float("inf"):
+            raise ValueError("initial_delay_ms must be a finite number >= 0")
+        if not self.initial_delay_ms <= self.max_delay_ms < float("inf"):
+            raise ValueError("max_delay_ms must be finite and >= initial_delay_ms")
+        if not 0 <= self.jitter_ratio <= 1:
+            raise ValueError("jitter_ratio must be within [0, 1]")
+
+
+class NormalRetryPolicy(_Backoff, frozen=True, tag_field="mode", tag="normal"):
+    """At most ``max_retries`` retries, only for ``retryable_codes``.
+
+    Defaults: 3 retries of the transient codes, 1 s doubling to 30 s, ±20 % jitter.
+    """
+
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+
+
+class AlwaysRetryPolicy(_Backoff, frozen=True, tag_field="mode", tag="always"):
+    """Retries ``retryable_codes`` with no finite maximum."""
+
+
+ResolvedRetryPolicy = NormalRetryPolicy | AlwaysRetryPolicy
+
+
+def default_retry_policy() -> NormalRetryPolicy:
+    """The normal policy a route gets when its adapter names none."""
+    return _DEFAULT
+
+
+_DEFAULT = NormalRetryPolicy()
