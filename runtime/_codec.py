@@ -6,7 +6,7 @@ Encoders and decoders are built once. Every decoder raises `DecodeError`
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgspec
 
@@ -31,10 +31,22 @@ encode = _encoder.encode
 encode_into = _encoder.encode_into
 
 
-def _fail(exc: msgspec.DecodeError | msgspec.ValidationError) -> DecodeError:
+#: What a decoder may raise on bad input. A ``str`` holding a lone surrogate
+#: fails UTF-8 encoding before msgspec sees it (`UnicodeEncodeError`).
+_BAD_INPUT = (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError)
+
+
+def _fail(exc: Exception) -> DecodeError:
     text = str(exc)
     if isinstance(exc, msgspec.ValidationError):
+        # msgspec names no path for a problem with the top-level value itself
+        # (a missing field, a failed ``__post_init__``); say so, so every
+        # message points somewhere.
+        if " - at `$" not in text:
+            text += " - at `$`"
         return DecodeError(f"invalid value: {text}")
+    if isinstance(exc, UnicodeEncodeError):
+        return DecodeError(f"malformed JSON: text is not valid Unicode ({exc.reason})")
     return DecodeError(f"malformed JSON: {text}")
 
 
@@ -42,7 +54,7 @@ def decode_chunk(data: bytes | str) -> StreamChunk:
     """Decode one stream chunk. Raises `DecodeError`."""
     try:
         return _chunk_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise _fail(exc) from None
 
 
@@ -50,7 +62,7 @@ def decode_message(data: bytes | str) -> Message:
     """Decode one message. Raises `DecodeError`."""
     try:
         return _message_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise _fail(exc) from None
 
 
@@ -58,17 +70,25 @@ def decode_request(data: bytes | str) -> GenerateOptions:
     """Decode one `GenerateOptions`. Raises `DecodeError`."""
     try:
         return _request_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise _fail(exc) from None
 
 
-def decode(data: bytes | str, type: type[T]) -> T:
-    """Decode any llmrt wire type (a decoder per type is built once). Raises `DecodeError`."""
+@overload
+def decode(data: bytes | str, type: type[T]) -> T: ...
+@overload
+def decode(data: bytes | str, type: Any) -> Any: ...  # a union alias such as `StreamChunk`
+
+
+def decode(data: bytes | str, type: Any) -> Any:
+    """Decode any llmrt wire type or union of them (a decoder per type is built once).
+
+    Raises `DecodeError`.
+    """
     dec = _decoders.get(type)
     if dec is None:
         dec = _decoders[type] = msgspec.json.Decoder(type)
     try:
-        result: T = dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return dec.decode(data)
+    except _BAD_INPUT as exc:
         raise _fail(exc) from None
-    return result

@@ -166,6 +166,16 @@ class ModelDiscoveryRequest(Wire, frozen=True):
             f"api={self.api!r}, api_key={key})"
         )
 
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        # msgspec gives every Struct a ``__rich_repr__`` listing raw field
+        # values, which rich-based loggers and tracebacks print; mask it too.
+        return [
+            ("provider", self.provider),
+            ("base_url", self.base_url),
+            ("api", self.api),
+            ("api_key", None if self.api_key is None else "***"),
+        ]
+
 
 class DiscoveredModel(Wire, frozen=True):
     """One model an endpoint reports about itself."""

@@ -1,0 +1,60 @@
+"""Test and benchmark helpers: a local upstream server speaking provider SSE over loopback.
+
+    async with open_upstream(SSEScript(events=openai_events(["Hi", "!"]))) as upstream:
+        async with httpx.AsyncClient(base_url=upstream.base_url) as client:
+            ...
+        await upstream.wait_all_closed()
+
+Scripts (`SSEScript`, `ErrorScript`) say what to send; a route is one
+script, a sequence of scripts consumed in order, or a router function.
+`Upstream` records every request and connection and lets a test wait for a
+connection to close, which is how an abort is proved to reach the socket.
+"""
+
+from __future__ import annotations
+
+from ._events import OPENAI_DONE as OPENAI_DONE
+from ._events import anthropic_events as anthropic_events
+from ._events import openai_events as openai_events
+from ._events import sse_comment as sse_comment
+from ._events import sse_data as sse_data
+from ._events import sse_event as sse_event
+from ._records import ConnectionRecord as ConnectionRecord
+from ._records import Headers as Headers
+from ._records import RecordedRequest as RecordedRequest
+from ._scripts import ErrorScript as ErrorScript
+from ._scripts import EventLike as EventLike
+from ._scripts import Script as Script
+from ._scripts import SSEScript as SSEScript
+from ._scripts import split_events as split_events
+from ._server import DEFAULT_MODELS as DEFAULT_MODELS
+from ._server import DEFAULT_SCRIPT_PATHS as DEFAULT_SCRIPT_PATHS
+from ._server import Route as Route
+from ._server import Router as Router
+from ._server import Upstream as Upstream
+from ._server import open_upstream as open_upstream
+from ._server import serve_upstream as serve_upstream
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_SCRIPT_PATHS",
+    "OPENAI_DONE",
+    "ConnectionRecord",
+    "ErrorScript",
+    "EventLike",
+    "Headers",
+    "RecordedRequest",
+    "Route",
+    "Router",
+    "SSEScript",
+    "Script",
+    "Upstream",
+    "anthropic_events",
+    "open_upstream",
+    "openai_events",
+    "serve_upstream",
+    "split_events",
+    "sse_comment",
+    "sse_data",
+    "sse_event",
+]
