@@ -82,7 +82,30 @@ from ._retry import default_retry_policy as default_retry_policy
 
 __version__: str = app_identity().version
 
+# The runtime lives in llmrt.actors, which imports the vocabulary above; importing
+# it last keeps the import graph acyclic.
+from .actors import AbortController as AbortController
+from .actors import AbortSignal as AbortSignal
+from .actors import Call as Call
+from .actors import LlmRuntime as LlmRuntime
+from .actors import Middleware as Middleware
+from .actors import PreparedCall as PreparedCall
+from .actors import RegistrationHandle as RegistrationHandle
+from .actors import RuntimeStatistics as RuntimeStatistics
+from .actors import open_runtime as open_runtime
+from .actors import retry_policy_of as retry_policy_of
+
 __all__ = [
+    "AbortController",
+    "AbortSignal",
+    "Call",
+    "LlmRuntime",
+    "Middleware",
+    "PreparedCall",
+    "RegistrationHandle",
+    "RuntimeStatistics",
+    "open_runtime",
+    "retry_policy_of",
     "CONTENT_BLOCK_TYPES",
     "DEFAULT_RETRYABLE_CODES",
     "Adapter",

@@ -1,0 +1,484 @@
+"""Call actors: one task per in-flight call, and the consumer's view of it.
+
+The call task runs the middleware chain and the adapter iteration under one
+cancel scope and hands chunks to the consumer over a bounded trio memory
+channel. Chunks cross that channel on its non-blocking fast path
+(``send_nowait`` / ``receive_nowait``, well under a microsecond each); a
+side blocks only when the buffer is full or empty. So the consumer usually
+drains a batch of chunks per scheduler pass instead of paying a context
+switch per chunk.
+
+Guarantees (each a test):
+
+* exactly one terminal ``finish``, last; ``usage`` only before it; chunks an
+  adapter sends after its finish are dropped and counted;
+* abort (``call.abort()`` or an `AbortSignal`) -> one ``aborted`` finish,
+  delivered after the adapter's iterator is closed;
+* the idle watchdog counts only while the call waits on its adapter, and ends
+  the call with ``error``/``TIMEOUT``; the first cause (abort or timeout) wins;
+* adapter failures (raised or in-band), ``NO_ADAPTER`` and config errors end
+  the call with one ``error`` finish; middleware failures are re-raised in
+  the consumer;
+* leaving ``async with`` returns only once the call task has ended and the
+  adapter's iterator is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import msgspec
+import trio
+
+from llmrt import (
+    Adapter,
+    BlockEnd,
+    BlockStart,
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    FinishStop,
+    GenerateOptions,
+    LlmFailure,
+    ModelSource,
+    ReasoningDelta,
+    ResolvedRetryPolicy,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+    failure_of,
+)
+
+from ._abort import AbortSignal
+from ._prepare import apply_config, config_of, resolve_config, validated_model_info
+from ._registration import Registration
+from ._topology import Route
+
+if TYPE_CHECKING:
+    from ._runtime import RuntimeCore
+
+__all__ = ["Call", "CallContext", "Next", "Middleware", "PreparedTarget"]
+
+log = logging.getLogger("llmrt.actors")
+
+Next = Callable[[GenerateOptions], AsyncIterator[StreamChunk]]
+#: ``middleware(request, next)`` returns the chunk stream: usually an async
+#: generator that iterates ``next(request)`` (possibly with another request),
+#: wraps it, or yields its own chunks without calling ``next`` at all.
+Middleware = Callable[[GenerateOptions, Next], AsyncIterator[StreamChunk]]
+
+_CONTENT = frozenset({BlockStart, TextDelta, ReasoningDelta, ToolCallDelta, BlockEnd})
+#: How long closing an adapter's iterator may take after a call ended.
+CLOSE_TIMEOUT = 5.0
+#: The consumer yields to the scheduler at least once per this many buffered chunks.
+_YIELD_EVERY = 64
+
+
+class _Raise:
+    """A middleware exception on its way to the consumer."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _error(code: str, message: str) -> Finish:
+    return Finish(reason=FinishError(failure=LlmFailure(message=message, code=code)))
+
+
+@attrs.frozen
+class PreparedTarget:
+    """What a prepared call fixed in advance: the registration and the resolved config."""
+
+    route: Route
+    config: Any  # LlmCallConfig
+
+
+async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
+    aclose = getattr(source, "aclose", None)
+    if aclose is None:
+        return
+    with trio.move_on_after(CLOSE_TIMEOUT, shield=True) as scope:
+        try:
+            await aclose()
+        except Exception:
+            log.exception("closing an adapter stream failed")
+    if scope.cancelled_caught:
+        log.warning("an adapter stream did not close within %s s", CLOSE_TIMEOUT)
+
+
+@attrs.define(eq=False, slots=True)
+class Call:
+    """An in-flight call, as its consumer sees it: ``async for chunk in call``.
+
+    Iteration yields token-level chunks and ends after the one terminal
+    `Finish`. Middleware exceptions are raised from iteration.
+    """
+
+    _core: RuntimeCore
+    options: GenerateOptions
+    _signal: AbortSignal | None
+    _target: PreparedTarget | None
+    idle_timeout: float
+    #: The retry policy of the registration that serves this call (None until selected).
+    retry_policy: ResolvedRetryPolicy | None = attrs.field(default=None, init=False)
+    _send: trio.MemorySendChannel[Any] = attrs.field(init=False)
+    _recv: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _outer: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _cause: Finish | None = attrs.field(default=None, init=False)
+    _done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _ended: bool = attrs.field(default=False, init=False)
+    _delivered: Finish | None = attrs.field(default=None, init=False)
+    _since_yield: int = attrs.field(default=0, init=False)
+    _registration: Registration | None = attrs.field(default=None, init=False)
+    _signal_key: int | None = attrs.field(default=None, init=False)
+    _inner: AsyncIterator[StreamChunk] | None = attrs.field(default=None, init=False)
+    watch_last: float = attrs.field(default=0.0, init=False)
+    watch_paused: bool = attrs.field(default=False, init=False)
+    watch_done: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._send, self._recv = trio.open_memory_channel[Any](self._core.channel_size)
+
+    # ---- the consumer's side -------------------------------------------------------------
+
+    def __aiter__(self) -> Call:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        """The next chunk. A cancellation point on every call; it yields to the
+        scheduler whenever it has to wait and at least every 64 buffered chunks."""
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            item = self._recv.receive_nowait()
+        except trio.WouldBlock:
+            try:
+                item = await self._recv.receive()
+            except trio.EndOfChannel:
+                item = self._lost()
+        except trio.EndOfChannel:
+            item = self._lost()
+        else:
+            self._since_yield += 1
+            if self._since_yield >= _YIELD_EVERY:
+                self._since_yield = 0
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
+        cls = type(item)
+        if cls is Finish:
+            self._ended = True
+        elif cls is _Raise:
+            self._ended = True
+            raise item.exc
+        return item  # type: ignore[no-any-return]
+
+    def _lost(self) -> Finish:
+        # The call task was killed before it could deliver its finish (runtime
+        # shutdown past its grace period): the consumer still gets one.
+        return self._cause or Finish(
+            reason=FinishAborted(
+                failure=LlmFailure(message="the runtime shut down", code=ErrorCode.ABORTED)
+            )
+        )
+
+    def abort(self, reason: str | None = None) -> None:
+        """Abort the call: its consumer receives one ``aborted`` finish (code ``ABORTED``).
+
+        Synchronous, idempotent, and a no-op once the call has ended or timed out.
+        """
+        message = f"aborted: {reason}" if reason else "the call was aborted"
+        self._stop(
+            Finish(reason=FinishAborted(failure=LlmFailure(message=message, code="ABORTED")))
+        )
+
+    def abort_with(self, code: str, message: str) -> None:
+        """Abort with a given code and message (used by the runtime and registrations)."""
+        self._stop(Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code))))
+
+    def watch_expired(self) -> None:
+        self._stop(
+            _error(
+                ErrorCode.TIMEOUT,
+                f"no chunk from the adapter for {self.idle_timeout:g} s (stream idle timeout)",
+            )
+        )
+
+    def _stop(self, cause: Finish) -> None:
+        if self._cause is None and not self.watch_done:
+            self._cause = cause
+            self._scope.cancel()
+
+    # ---- the call task -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        core = self._core
+        delivered: Finish | None = None
+        try:
+            with self._outer:
+                item = await self._produce()
+                if type(item) is Finish:
+                    delivered = item
+                try:
+                    self._send.send_nowait(item)
+                except trio.WouldBlock:
+                    await self._send.send(item)
+                except trio.BrokenResourceError:
+                    delivered = None
+        finally:
+            self._send.close()
+            self.watch_done = True
+            core.call_ended(self, delivered)
+            self._done.set()
+
+    async def _produce(self) -> Finish | _Raise:
+        core = self._core
+        clock = trio.current_time
+        send_nowait = self._send.send_nowait
+        direct = not core.middlewares
+        finish: Finish | None = None
+        failure: LlmFailure | None = None
+        raised: BaseException | None = None
+        source: AsyncIterator[StreamChunk] | None = None
+        forwarded = 0
+        dropped = 0
+        saw_block = False
+        self.watch_last = clock()
+        core.watchdog.watch(self)
+        with self._scope:
+            try:
+                if direct:
+                    selected = await self._select(self.options)
+                    if type(selected) is Finish:
+                        finish = selected
+                    else:
+                        adapter, options = selected  # type: ignore[misc]
+                        source = adapter.stream(options)
+                else:
+                    source = self._chain()(self.options)
+                if source is not None:
+                    async for chunk in source:
+                        self.watch_last = clock()
+                        if self._cause is not None:
+                            break
+                        cls = type(chunk)
+                        if cls is Finish:
+                            finish = chunk  # type: ignore[assignment]
+                            break
+                        if cls in _CONTENT:
+                            saw_block = True
+                        elif cls is not UsageChunk:
+                            finish = _error(
+                                ErrorCode.PROTOCOL,
+                                f"the adapter yielded {cls.__name__}, which is not a StreamChunk",
+                            )
+                            break
+                        forwarded += 1
+                        try:
+                            send_nowait(chunk)
+                        except trio.WouldBlock:
+                            self.watch_paused = True
+                            try:
+                                await self._send.send(chunk)
+                            finally:
+                                self.watch_paused = False
+                                self.watch_last = clock()
+            except Exception as exc:
+                if direct:
+                    failure = failure_of(exc)
+                else:
+                    raised = exc
+            finally:
+                if source is not None:
+                    if finish is not None and self._cause is None:
+                        dropped = await self._drain(source)
+                    await _aclose(source)
+                if self._inner is not None:
+                    # A middleware that stopped iterating ``next`` without closing it.
+                    await _aclose(self._inner)
+                self._release()
+        core.count_chunks(forwarded, dropped)
+
+        if self._cause is not None and finish is None:
+            return self._cause
+        if raised is not None:
+            core.stats.middleware_errors += 1
+            return _Raise(raised)
+        if finish is None:
+            if failure is not None:
+                return Finish(reason=FinishError(failure=failure))
+            return _error(ErrorCode.PROTOCOL, "the adapter's stream ended without a finish chunk")
+        if type(finish.reason) is FinishStop and not saw_block:
+            return _error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
+        return finish
+
+    async def _drain(self, source: AsyncIterator[StreamChunk]) -> int:
+        """Count what the adapter still emits after its finish, without waiting for it."""
+        dropped = 0
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                async for _ in source:
+                    dropped += 1
+            except Exception:
+                pass  # the adapter's own failure after its finish changes nothing
+        return dropped
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def _chain(self) -> Next:
+        nxt: Next = self._innermost
+        for middleware in reversed(self._core.middlewares):
+            nxt = _link(middleware, nxt)
+        return nxt
+
+    def _innermost(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        if self._inner is not None:
+            raise RuntimeError("a middleware called next() twice for one call")
+        self._inner = self._terminal(options)
+        return self._inner
+
+    async def _terminal(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        """The innermost ``next``: adapter lookup, then the adapter's chunks.
+
+        Adapter failures become an error finish here, so middleware sees them
+        as chunks and any exception that leaves the chain is a middleware's.
+        """
+        selected = await self._select(options)
+        if type(selected) is Finish:
+            yield selected
+            return
+        adapter, options = selected  # type: ignore[misc]
+        source = None
+        try:
+            source = adapter.stream(options)
+            async for chunk in source:
+                yield chunk
+        except Exception as exc:
+            yield Finish(reason=FinishError(failure=failure_of(exc)))
+        finally:
+            if source is not None:
+                await _aclose(source)
+            self._release()
+
+    async def _select(self, options: GenerateOptions) -> tuple[Adapter, GenerateOptions] | Finish:
+        """Pick the registration, lease it, resolve the config, gate replay state."""
+        core = self._core
+        if not isinstance(options, GenerateOptions):
+            return _error(
+                ErrorCode.INVALID_REQUEST,
+                f"a request must be GenerateOptions, not {type(options).__name__}",
+            )
+        if self._target is not None:
+            route = self._target.route
+            current = core.registry.topology.routes.get(options.provider)
+            if current is None or current.registration is not route.registration:
+                return _error(
+                    ErrorCode.NO_ADAPTER,
+                    f"the registration this call was prepared against no longer serves "
+                    f"provider {options.provider!r}",
+                )
+        else:
+            found = core.registry.topology.routes.get(options.provider)
+            if found is None:
+                return _error(
+                    ErrorCode.NO_ADAPTER,
+                    f"no adapter is registered for provider {options.provider!r}",
+                )
+            route = found
+        registration = route.registration
+        if not registration.acquire(self):
+            return _error(
+                ErrorCode.NO_ADAPTER,
+                f"the adapter for provider {options.provider!r} is being disposed",
+            )
+        self._registration = registration
+        self.retry_policy = route.retry_policy
+        adapter = registration.adapter
+        if route.idle_timeout != self.idle_timeout:
+            self.idle_timeout = route.idle_timeout
+            self._core.watchdog.watch(self)
+        if self._target is None:
+            try:
+                info = await validated_model_info(adapter, options.provider, options.model)
+                config, _ = resolve_config(config_of(options), info)
+            except Exception as exc:
+                return Finish(reason=FinishError(failure=failure_of(exc)))
+            options = apply_config(options, config)
+        return adapter, _gate_replay(options, registration, core.registry.topology.routes)
+
+    def _release(self) -> None:
+        if self._registration is not None:
+            self._registration.release(self)
+
+    def _unsubscribe(self) -> None:
+        if self._signal is not None and self._signal_key is not None:
+            self._signal._unsubscribe(self._signal_key)
+            self._signal_key = None
+
+
+def _link(middleware: Middleware, inner: Next) -> Next:
+    def nxt(options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        return middleware(options, inner)
+
+    return nxt
+
+
+def _gate_replay(
+    options: GenerateOptions, registration: Registration, routes: Any
+) -> GenerateOptions:
+    """Strip replay state that this registration's adapter may not see.
+
+    An assistant message keeps its replay state only when the adapter instance
+    serving this call currently owns the provider that produced the message.
+    """
+    messages = options.messages
+    kept = None
+    for i, message in enumerate(messages):
+        source = message.source
+        if type(source) is not ModelSource or source.replay_state is None:
+            continue
+        owner = routes.get(source.provider)
+        if owner is not None and owner.registration is registration:
+            continue
+        if kept is None:
+            kept = list(messages)
+        kept[i] = msgspec.structs.replace(
+            message, source=msgspec.structs.replace(source, replay_state=None)
+        )
+    if kept is None:
+        return options
+    return msgspec.structs.replace(options, messages=tuple(kept))
+
+
+@attrs.define(eq=False, slots=True)
+class CallContext:
+    """``async with rt.stream(...) as call``: starts the call task, and on exit stops it.
+
+    Leaving the block (normally, by exception or by cancellation) returns only
+    after the call task has ended and the adapter's iterator is closed.
+    """
+
+    _core: RuntimeCore
+    _call: Call
+
+    async def __aenter__(self) -> Call:
+        await trio.lowlevel.checkpoint()
+        self._core.start_call(self._call)
+        return self._call
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        call = self._call
+        if not call._done.is_set():
+            call._outer.cancel()
+            with trio.CancelScope(shield=True):
+                await call._done.wait()
+        call._unsubscribe()

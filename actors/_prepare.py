@@ -1,0 +1,141 @@
+"""Exact-model metadata, call-config resolution and prepared (one-shot) calls."""
+
+from __future__ import annotations
+
+import msgspec
+
+from llmrt import (
+    Adapter,
+    CallConfigDefaults,
+    ErrorCode,
+    GenerateOptions,
+    LlmCallConfig,
+    LlmError,
+    ModelInfo,
+    ResolvedModelInfo,
+)
+
+__all__ = [
+    "validated_model_info",
+    "validated_model_list",
+    "resolve_config",
+    "config_of",
+    "apply_config",
+]
+
+_info_decoder = msgspec.json.Decoder(ResolvedModelInfo)
+_list_decoder = msgspec.json.Decoder(tuple[ModelInfo, ...])
+
+
+def _invalid(provider: str, what: str) -> LlmError:
+    return LlmError(ErrorCode.INVALID_MODEL_INFO, f"provider {provider!r}: {what}")
+
+
+async def validated_model_info(adapter: Adapter, provider: str, model: str) -> ResolvedModelInfo:
+    """Ask the adapter about one exact model; validate and detach its answer.
+
+    Raises `LlmError` ``INVALID_MODEL_INFO`` when the answer is malformed (wrong
+    type, another provider or model id, bad numbers, an unknown default effort).
+    Exceptions the adapter raises propagate. Cancellable like any trio call.
+    """
+    info = await adapter.resolve_model(provider, model)
+    if not isinstance(info, ResolvedModelInfo):
+        raise _invalid(provider, f"resolve_model() returned {type(info).__name__}")
+    try:
+        # Round trip: checks the field constraints a constructor skips, and detaches.
+        info = _info_decoder.decode(msgspec.json.encode(info))
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        raise _invalid(
+            provider, f"resolve_model({model!r}) returned invalid metadata: {exc}"
+        ) from None
+    if info.provider != provider or info.id != model:
+        raise _invalid(
+            provider,
+            f"resolve_model({model!r}) described {info.provider!r}/{info.id!r} instead",
+        )
+    if info.reasoning is not None:
+        ids = [effort.id for effort in info.reasoning.efforts]
+        if len(set(ids)) != len(ids):
+            raise _invalid(provider, f"model {model!r} lists a reasoning effort twice")
+        default = info.reasoning.default_effort
+        if default is not None and default not in ids:
+            raise _invalid(
+                provider, f"model {model!r} has a default effort {default!r} it does not list"
+            )
+    return info
+
+
+async def validated_model_list(adapter: Adapter, provider: str) -> tuple[ModelInfo, ...]:
+    """The adapter's advisory catalog for ``provider``, validated and detached."""
+    models = await adapter.list_models(provider)
+    if isinstance(models, str | bytes) or not all(isinstance(m, ModelInfo) for m in models):
+        raise _invalid(provider, "list_models() must return a sequence of ModelInfo")
+    try:
+        detached = _list_decoder.decode(msgspec.json.encode(tuple(models)))
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        raise _invalid(provider, f"list_models() returned invalid metadata: {exc}") from None
+    for model in detached:
+        if model.provider != provider:
+            raise _invalid(provider, f"list_models() listed {model.id!r} under {model.provider!r}")
+    return detached
+
+
+def resolve_config(
+    config: LlmCallConfig, info: ResolvedModelInfo
+) -> tuple[LlmCallConfig, CallConfigDefaults]:
+    """Validate ``config`` against one model and materialize the adapter's defaults.
+
+    ``max_tokens`` is filled only when absent; an explicit reasoning effort must
+    be one the model lists (no clamping, no aliasing), else `LlmError`
+    ``UNSUPPORTED_REASONING_EFFORT``; an absent effort takes the model's default.
+    """
+    updates: dict[str, object] = {}
+    max_tokens_default = False
+    effort_default = False
+    if config.max_tokens is None and info.default_max_tokens is not None:
+        updates["max_tokens"] = info.default_max_tokens
+        max_tokens_default = True
+    reasoning = info.reasoning
+    if config.reasoning_effort is not None:
+        supported = [] if reasoning is None else [effort.id for effort in reasoning.efforts]
+        if config.reasoning_effort not in supported:
+            listed = ", ".join(repr(e) for e in supported) or "none"
+            raise LlmError(
+                ErrorCode.UNSUPPORTED_REASONING_EFFORT,
+                f"model {config.model!r} of provider {config.provider!r} does not support "
+                f"reasoning effort {config.reasoning_effort!r} (supported: {listed})",
+            )
+    elif reasoning is not None and reasoning.default_effort is not None:
+        updates["reasoning_effort"] = reasoning.default_effort
+        effort_default = True
+    resolved = msgspec.structs.replace(config, **updates) if updates else config
+    return resolved, CallConfigDefaults(
+        reasoning_effort=effort_default, max_tokens=max_tokens_default
+    )
+
+
+def config_of(options: GenerateOptions) -> LlmCallConfig:
+    """The call-config fields of a request."""
+    return LlmCallConfig(
+        provider=options.provider,
+        model=options.model,
+        reasoning_effort=options.reasoning_effort,
+        temperature=options.temperature,
+        max_tokens=options.max_tokens,
+        stop=options.stop,
+    )
+
+
+def apply_config(options: GenerateOptions, config: LlmCallConfig) -> GenerateOptions:
+    """``options`` with its call-config fields taken from ``config``."""
+    if config_of(options) == config:
+        return options
+    return msgspec.structs.replace(
+        options,
+        provider=config.provider,
+        model=config.model,
+        reasoning_effort=config.reasoning_effort,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        stop=config.stop,
+    )

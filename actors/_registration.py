@@ -1,0 +1,112 @@
+"""Registration actors: one per `register_adapter`, owning the adapter's lifetime.
+
+A registration leases itself to the calls it serves. Leasing is a plain set
+insertion (trio is single-threaded, and a call must not pay a mailbox round
+trip); everything about the registration's *lifetime* — drain, abort of the
+stragglers, closing the adapter — happens in its actor task, driven by one
+message on its mailbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import attrs
+import trio
+
+from llmrt import Adapter, ErrorCode
+
+__all__ = ["Registration", "Leaseholder"]
+
+log = logging.getLogger("llmrt.actors")
+
+#: How long an adapter's ``aclose()`` may take before it is abandoned.
+ADAPTER_CLOSE_TIMEOUT = 10.0
+
+
+class Leaseholder(Protocol):
+    def abort_with(self, code: str, message: str) -> None: ...
+
+
+@attrs.define(eq=False)
+class Registration:
+    """The state of one adapter registration. Its routes live in the registry."""
+
+    adapter: Adapter
+    id: int
+    #: Seconds a call may wait for the adapter's next chunk (per route of this registration).
+    idle_timeout: float
+    _leases: set[Leaseholder] = attrs.field(factory=set, init=False)
+    _draining: bool = attrs.field(default=False, init=False)
+    _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _mailbox: trio.MemorySendChannel[float] = attrs.field(init=False)
+    _inbox: trio.MemoryReceiveChannel[float] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._mailbox, self._inbox = trio.open_memory_channel[float](1)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._leases)
+
+    def acquire(self, holder: Leaseholder) -> bool:
+        """Lease this registration to a call; False once it is draining."""
+        if self._draining:
+            return False
+        self._leases.add(holder)
+        return True
+
+    def release(self, holder: Leaseholder) -> None:
+        self._leases.discard(holder)
+        if self._draining and not self._leases:
+            self._idle.set()
+
+    def drain(self, timeout: float) -> None:
+        """Ask the actor to drain (running calls get ``timeout`` seconds) and close the adapter.
+
+        Synchronous and idempotent; wait on `closed` for the end.
+        """
+        if self._draining:
+            return
+        self._draining = True
+        if not self._leases:
+            self._idle.set()
+        self._mailbox.send_nowait(timeout)
+        self._mailbox.close()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor: wait for the drain order, drain, close the adapter."""
+        task_status.started()
+        try:
+            async with self._inbox:
+                try:
+                    timeout = await self._inbox.receive()
+                except trio.EndOfChannel:  # pragma: no cover - drain() always sends first
+                    timeout = 0.0
+            with trio.move_on_after(timeout):
+                await self._idle.wait()
+            for holder in list(self._leases):
+                holder.abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
+            await self._idle.wait()
+        finally:
+            self._draining = True
+            for holder in list(self._leases):
+                holder.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+            with trio.move_on_after(ADAPTER_CLOSE_TIMEOUT, shield=True) as scope:
+                try:
+                    await self.adapter.aclose()
+                except Exception:
+                    log.exception("adapter %r failed to close", type(self.adapter).__name__)
+            if scope.cancelled_caught:
+                log.warning(
+                    "adapter %r did not close within %s s",
+                    type(self.adapter).__name__,
+                    ADAPTER_CLOSE_TIMEOUT,
+                )
+            self.closed.set()

@@ -1,0 +1,433 @@
+"""The registry actor: owns routes, the configurable-provider directory and discovery offers.
+
+Every mutation arrives on the registry's mailbox and is applied by its one
+task, so commits are serialized. Each commit validates the whole candidate
+set first, then swaps in a new immutable `Topology` in one synchronous step
+(no reader ever sees half a change) and notifies `adapters_updated`
+subscribers without ever waiting for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import attrs
+import msgspec
+import outcome
+import trio
+
+from llmrt import (
+    Adapter,
+    ConfigurableProvider,
+    ErrorCode,
+    LlmError,
+    ProviderInfo,
+    ResolvedRetryPolicy,
+    default_retry_policy,
+)
+
+from ._registration import Registration
+from ._topology import EMPTY_TOPOLOGY, Discover, Route, Topology, check_provider_name
+
+__all__ = ["Registry", "RegistrationHandle", "DirectoryHandle", "DiscoveryHandle"]
+
+log = logging.getLogger("llmrt.actors")
+T = TypeVar("T")
+
+#: How long calls of a disposed registration may run on before they are aborted.
+DEFAULT_DRAIN_TIMEOUT = 30.0
+
+_policy_decoder: msgspec.json.Decoder[ResolvedRetryPolicy] = msgspec.json.Decoder(
+    ResolvedRetryPolicy
+)
+
+
+@attrs.define(eq=False)
+class _Message:
+    """One mailbox request: what to run inside the actor, and where the outcome goes."""
+
+    apply: Callable[[], Any]
+    reply: trio.MemorySendChannel[outcome.Outcome[Any]]
+
+
+@attrs.define(eq=False)
+class Registry:
+    """Owner of the topology. Public methods post to the mailbox and await the reply."""
+
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    topology: Topology = attrs.field(default=EMPTY_TOPOLOGY, init=False)
+    _registrations: dict[Registration, tuple[str, ...]] = attrs.field(factory=dict, init=False)
+    _directory: dict[object, tuple[ConfigurableProvider, ...]] = attrs.field(
+        factory=dict, init=False
+    )
+    _offers: dict[str, object] = attrs.field(factory=dict, init=False)
+    _discover: dict[str, Discover] = attrs.field(factory=dict, init=False)
+    _subscribers: set[trio.MemorySendChannel[None]] = attrs.field(factory=set, init=False)
+    _ids: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _mailbox: trio.MemorySendChannel[_Message] = attrs.field(init=False)
+    _inbox: trio.MemoryReceiveChannel[_Message] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._mailbox, self._inbox = trio.open_memory_channel[_Message](64)
+
+    # ---- the actor -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the mailbox until it closes; registration actors live in this actor's nursery.
+
+        Leaving (mailbox closed or cancelled) drains every registration at once
+        and closes its adapter.
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                async with self._inbox:
+                    async for message in self._inbox:
+                        result = outcome.capture(message.apply)
+                        if isinstance(result, outcome.Value) and isinstance(
+                            result.value, Registration
+                        ):
+                            # A new registration: its actor must be running before the reply.
+                            await nursery.start(result.value.run)
+                            result = outcome.Value(self._handle_for(result.value))
+                        # A requester that was cancelled is gone; the commit stands.
+                        with contextlib.suppress(
+                            trio.BrokenResourceError, trio.ClosedResourceError
+                        ):
+                            message.reply.send_nowait(result)
+            finally:
+                for registration in list(self._registrations):
+                    registration.drain(0)
+                self._registrations.clear()
+                self._publish(routes={})
+
+    async def _call(self, apply: Callable[[], T]) -> T:
+        send, recv = trio.open_memory_channel[outcome.Outcome[Any]](1)
+        try:
+            self._mailbox.send_nowait(_Message(apply, send))
+        except trio.WouldBlock:
+            await self._mailbox.send(_Message(apply, send))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise trio.ClosedResourceError("the runtime is closed") from None
+        async with recv:
+            try:
+                result: outcome.Outcome[T] = await recv.receive()
+            except trio.EndOfChannel:  # pragma: no cover - the actor always replies
+                raise trio.ClosedResourceError("the runtime is closed") from None
+        return result.unwrap()
+
+    def close(self) -> None:
+        """Stop taking requests; the actor drains every registration and ends."""
+        self._mailbox.close()
+
+    # ---- subscriptions -------------------------------------------------------------------
+
+    def subscribe(self) -> trio.MemoryReceiveChannel[None]:
+        send, recv = trio.open_memory_channel[None](1)
+        self._subscribers.add(send)
+        return recv
+
+    def _notify(self) -> None:
+        for send in list(self._subscribers):
+            try:
+                send.send_nowait(None)
+            except trio.WouldBlock:
+                pass  # a notification is already pending: payload-free, so coalesced
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.discard(send)
+
+    def _publish(self, *, routes: dict[str, Route] | None = None) -> None:
+        old = self.topology
+        directory = tuple(entry for entries in self._directory.values() for entry in entries)
+        self.topology = Topology(
+            version=old.version + 1,
+            routes=old.routes if routes is None else MappingProxyType(routes),
+            configurable=directory,
+            discovery=MappingProxyType(dict(self._discover)),
+        )
+        self._notify()
+
+    # ---- adapter registrations -----------------------------------------------------------
+
+    def _routes_for(
+        self, registration: Registration, providers: Sequence[str], *, allow_empty: bool
+    ) -> dict[str, Route]:
+        """Validate a candidate route set for ``registration``; the new route map."""
+        if isinstance(providers, str) or not isinstance(providers, Sequence):
+            raise LlmError(ErrorCode.INVALID_PROVIDER, "providers must be a list of route names")
+        if not providers and not allow_empty:
+            raise LlmError(
+                ErrorCode.INVALID_PROVIDER, "register_adapter needs at least one provider route"
+            )
+        seen: set[str] = set()
+        for name in providers:
+            problem = check_provider_name(name)
+            if problem:
+                raise LlmError(ErrorCode.INVALID_PROVIDER, problem)
+            if name in seen:
+                raise LlmError(ErrorCode.INVALID_PROVIDER, f"provider {name!r} is listed twice")
+            seen.add(name)
+            current = self.topology.routes.get(name)
+            if current is not None and current.registration is not registration:
+                raise LlmError(
+                    ErrorCode.DUPLICATE_ADAPTER,
+                    f"provider {name!r} is already served by another adapter",
+                )
+        new_routes: dict[str, Route] = {}
+        for name in providers:
+            new_routes[name] = Route(
+                provider=name,
+                info=_provider_info(registration.adapter, name),
+                registration=registration,
+                retry_policy=_retry_policy(registration.adapter, name),
+                idle_timeout=registration.idle_timeout,
+            )
+        # Registration order: surviving routes keep their place, new ones go last.
+        merged: dict[str, Route] = {}
+        for name, route in self.topology.routes.items():
+            if route.registration is not registration:
+                merged[name] = route
+            elif name in new_routes:
+                merged[name] = new_routes[name]
+        for name in providers:
+            merged.setdefault(name, new_routes[name])
+        return merged
+
+    async def register(
+        self, providers: Sequence[str], adapter: Adapter, idle_timeout: float
+    ) -> RegistrationHandle:
+        if not isinstance(adapter, Adapter):
+            raise TypeError(f"adapter must be an llmrt.Adapter, not {type(adapter).__name__}")
+
+        def apply() -> Registration:
+            for registration in self._registrations:
+                if registration.adapter is adapter:
+                    raise LlmError(
+                        ErrorCode.DUPLICATE_ADAPTER,
+                        "this adapter instance is already registered; use its handle's replace()",
+                    )
+            registration = Registration(
+                adapter=adapter, id=next(self._ids), idle_timeout=idle_timeout
+            )
+            routes = self._routes_for(registration, providers, allow_empty=False)
+            self._registrations[registration] = tuple(providers)
+            self._publish(routes=routes)
+            return registration
+
+        # The actor swaps the new Registration for its handle once the registration's
+        # actor has started (see run()).
+        handle: RegistrationHandle = await self._call(apply)  # type: ignore[arg-type]
+        return handle
+
+    def _handle_for(self, registration: Registration) -> RegistrationHandle:
+        return RegistrationHandle(self, registration)
+
+    async def replace(self, registration: Registration, providers: Sequence[str]) -> None:
+        def apply() -> None:
+            if registration not in self._registrations:
+                raise LlmError(
+                    ErrorCode.REGISTRATION_DISPOSED, "this adapter registration was disposed"
+                )
+            routes = self._routes_for(registration, providers, allow_empty=True)
+            self._registrations[registration] = tuple(providers)
+            self._publish(routes=routes)
+
+        await self._call(apply)
+
+    async def dispose(self, registration: Registration, drain_timeout: float | None) -> None:
+        def apply() -> None:
+            if registration not in self._registrations:
+                return
+            del self._registrations[registration]
+            routes = {
+                name: route
+                for name, route in self.topology.routes.items()
+                if route.registration is not registration
+            }
+            self._publish(routes=routes)
+            registration.drain(self.drain_timeout if drain_timeout is None else drain_timeout)
+
+        # A closed runtime drains every registration already.
+        with contextlib.suppress(trio.ClosedResourceError):
+            await self._call(apply)
+        await registration.closed.wait()
+
+    @property
+    def registration_count(self) -> int:
+        return len(self._registrations)
+
+    # ---- configurable-provider directory and discovery offers ----------------------------
+
+    def _check_entries(self, owner: object, entries: Sequence[ConfigurableProvider]) -> None:
+        if isinstance(entries, str | bytes) or not isinstance(entries, Sequence) or not entries:
+            raise LlmError(
+                ErrorCode.INVALID_PROVIDER, "configurable providers must be a non-empty list"
+            )
+        seen: set[str] = set()
+        for entry in entries:
+            if not isinstance(entry, ConfigurableProvider):
+                raise LlmError(
+                    ErrorCode.INVALID_PROVIDER,
+                    f"expected a ConfigurableProvider, not {type(entry).__name__}",
+                )
+            problem = check_provider_name(entry.provider)
+            if problem:
+                raise LlmError(ErrorCode.INVALID_PROVIDER, problem)
+            if not entry.settings_ns:
+                raise LlmError(
+                    ErrorCode.INVALID_PROVIDER, f"provider {entry.provider!r} needs a settings_ns"
+                )
+            if entry.provider in seen:
+                raise LlmError(
+                    ErrorCode.INVALID_PROVIDER, f"provider {entry.provider!r} is listed twice"
+                )
+            seen.add(entry.provider)
+        for other, declared in self._directory.items():
+            if other is owner:
+                continue
+            for entry in declared:
+                if entry.provider in seen:
+                    raise LlmError(
+                        ErrorCode.DUPLICATE_ADAPTER,
+                        f"provider {entry.provider!r} is already declared as configurable",
+                    )
+
+    async def set_directory(
+        self, owner: object, entries: Sequence[ConfigurableProvider] | None, *, new: bool
+    ) -> None:
+        def apply() -> None:
+            if entries is None:
+                if self._directory.pop(owner, None) is not None:
+                    self._publish()
+                return
+            if not new and owner not in self._directory:
+                raise LlmError(
+                    ErrorCode.REGISTRATION_DISPOSED, "this directory registration was withdrawn"
+                )
+            self._check_entries(owner, entries)
+            self._directory[owner] = tuple(entries)
+            self._publish()
+
+        await self._call(apply)
+
+    async def set_offer(self, settings_ns: str, owner: object, discover: Discover | None) -> None:
+        def apply() -> None:
+            if discover is None:
+                if self._offers.get(settings_ns) is owner:
+                    del self._offers[settings_ns]
+                    del self._discover[settings_ns]
+                    self._publish()
+                return
+            if not isinstance(settings_ns, str) or not settings_ns:
+                raise LlmError(ErrorCode.INVALID_PROVIDER, "settings_ns must be a non-empty string")
+            if settings_ns in self._offers:
+                raise LlmError(
+                    ErrorCode.DUPLICATE_ADAPTER,
+                    f"settings namespace {settings_ns!r} already has a model discovery",
+                )
+            self._offers[settings_ns] = owner
+            self._discover[settings_ns] = discover
+            self._publish()
+
+        await self._call(apply)
+
+    def discover_for(self, settings_ns: str) -> Discover | None:
+        if settings_ns not in self._offers:
+            return None
+        return self._discover.get(settings_ns)
+
+
+def _provider_info(adapter: Adapter, provider: str) -> ProviderInfo:
+    try:
+        info = adapter.provider_info(provider)
+    except Exception as exc:
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER,
+            f"provider {provider!r}: provider_info() raised {type(exc).__name__}: {exc}",
+        ) from exc
+    if not isinstance(info, ProviderInfo) or info.id != provider:
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER,
+            f"provider {provider!r}: provider_info() must return a ProviderInfo with id "
+            f"{provider!r}, got {info!r}",
+        )
+    return info
+
+
+def _retry_policy(adapter: Adapter, provider: str) -> ResolvedRetryPolicy:
+    try:
+        policy = adapter.provider_retry_policy(provider)
+    except Exception as exc:
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER,
+            f"provider {provider!r}: provider_retry_policy() raised {type(exc).__name__}: {exc}",
+        ) from exc
+    if policy is None:
+        return default_retry_policy()
+    try:
+        # A round trip validates the constraints a constructor does not check, and
+        # detaches the value from anything the adapter holds.
+        return _policy_decoder.decode(msgspec.json.encode(policy))
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER, f"provider {provider!r}: invalid retry policy: {exc}"
+        ) from None
+
+
+@attrs.define(eq=False)
+class RegistrationHandle:
+    """What `LlmRuntime.register_adapter` returns: disposes the registration, replaces routes."""
+
+    _registry: Registry
+    _registration: Registration
+
+    @property
+    def adapter(self) -> Adapter:
+        return self._registration.adapter
+
+    async def replace(self, providers: Sequence[str]) -> None:
+        """Swap this registration's routes for ``providers`` atomically (an empty list is allowed).
+
+        Raises `LlmError`: ``INVALID_PROVIDER``, ``DUPLICATE_ADAPTER`` (the current
+        routes stay untouched), or ``REGISTRATION_DISPOSED`` after `dispose`.
+        """
+        await self._registry.replace(self._registration, providers)
+
+    async def dispose(self, *, drain_timeout: float | None = None) -> None:
+        """Remove every route at once, let running calls finish, then close the adapter.
+
+        Running calls get ``drain_timeout`` seconds (the runtime's default when
+        None), then are aborted. Returns when the adapter is closed. Idempotent.
+        """
+        await self._registry.dispose(self._registration, drain_timeout)
+
+
+@attrs.define(eq=False)
+class DirectoryHandle:
+    """Withdraws or replaces one `register_configurable_providers` declaration."""
+
+    _registry: Registry
+
+    async def replace(self, entries: Sequence[ConfigurableProvider]) -> None:
+        await self._registry.set_directory(self, entries, new=False)
+
+    async def dispose(self) -> None:
+        await self._registry.set_directory(self, None, new=False)
+
+
+@attrs.define(eq=False)
+class DiscoveryHandle:
+    """Withdraws one `register_model_discovery` offer."""
+
+    _registry: Registry
+    _settings_ns: str
+
+    async def dispose(self) -> None:
+        await self._registry.set_offer(self._settings_ns, self, None)

@@ -1,0 +1,391 @@
+"""`open_runtime` and the `LlmRuntime` facade."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import attrs
+import msgspec
+import trio
+
+from llmrt import (
+    Adapter,
+    CallConfigDefaults,
+    ConfigurableProvider,
+    DiscoveredModel,
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    GenerateOptions,
+    LlmCallConfig,
+    LlmError,
+    ModelContext,
+    ModelDiscoveryRequest,
+    ModelInfo,
+    ProviderInfo,
+    ResolvedModelInfo,
+    ResolvedRetryPolicy,
+)
+
+from ._abort import AbortSignal
+from ._call import Call, CallContext, Middleware, PreparedTarget
+from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
+from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
+from ._stats import RuntimeStatistics, StatsCounters
+from ._topology import Discover, Route
+from ._watchdog import Watchdog
+
+__all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
+
+DEFAULT_IDLE_TIMEOUT = 300.0
+_discovered_decoder = msgspec.json.Decoder(tuple[DiscoveredModel, ...])
+
+
+def _check_timeout(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+@attrs.define(eq=False)
+class RuntimeCore:
+    """State shared by the facade and the call actors."""
+
+    registry: Registry
+    watchdog: Watchdog
+    nursery: trio.Nursery
+    default_idle_timeout: float
+    channel_size: int
+    stats: StatsCounters = attrs.field(factory=StatsCounters)
+    middlewares: tuple[Middleware, ...] = ()
+    calls: set[Call] = attrs.field(factory=set)
+    closing: bool = False
+    _all_ended: trio.Event = attrs.field(factory=trio.Event)
+
+    def start_call(self, call: Call) -> None:
+        self.stats.calls_started += 1
+        self.stats.calls_in_flight += 1
+        self.calls.add(call)
+        if self.closing:
+            call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+        try:
+            self.nursery.start_soon(call.run)
+        except RuntimeError:  # the runtime's nursery is closed: finish without a task
+            call._send.send_nowait(call._lost())
+            call._send.close()
+            self.call_ended(call, None)
+            call._done.set()
+
+    def call_ended(self, call: Call, delivered: Finish | None) -> None:
+        self.calls.discard(call)
+        self.watchdog.forget()
+        stats = self.stats
+        stats.calls_in_flight -= 1
+        if delivered is None:
+            stats.finished["consumer-left"] += 1
+        else:
+            reason = delivered.reason
+            stats.finished[reason.__struct_config__.tag] += 1  # type: ignore[index]
+            if type(reason) is FinishError or type(reason) is FinishAborted:
+                stats.failures[str(reason.failure.code)] += 1
+        if self.closing and not self.calls:
+            self._all_ended.set()
+
+    def count_chunks(self, forwarded: int, dropped: int) -> None:
+        self.stats.chunks_forwarded += forwarded
+        self.stats.chunks_dropped += dropped
+
+    async def shutdown(self, grace: float) -> None:
+        """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
+        self.closing = True
+        for call in list(self.calls):
+            call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+        if self.calls:
+            with trio.move_on_after(grace):
+                await self._all_ended.wait()
+        self.registry.close()
+
+
+@attrs.define(eq=False)
+class PreparedCall:
+    """A call whose config was resolved against one registration; dispatch it once.
+
+    ``config`` has the adapter's defaults materialized; ``adapter_defaults``
+    says which fields those are.
+    """
+
+    config: LlmCallConfig
+    retry_policy: ResolvedRetryPolicy
+    context: ModelContext | None
+    adapter_defaults: CallConfigDefaults
+    _runtime: LlmRuntime
+    _route: Route
+    _used: bool = attrs.field(default=False, init=False)
+
+    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> CallContext:
+        """Like `LlmRuntime.stream`, through the registration captured at preparation.
+
+        Raises `LlmError` ``INVALID_PREPARED_CALL`` on a second use or when the
+        request's call-config fields differ from `config`.
+        """
+        if self._used:
+            raise LlmError(ErrorCode.INVALID_PREPARED_CALL, "a prepared call can be streamed once")
+        if not isinstance(options, GenerateOptions) or config_of(options) != self.config:
+            raise LlmError(
+                ErrorCode.INVALID_PREPARED_CALL,
+                "the request's provider, model, reasoning effort or sampling fields differ "
+                "from the prepared config",
+            )
+        self._used = True
+        return self._runtime._stream(options, signal, PreparedTarget(self._route, self.config))
+
+
+@attrs.define(eq=False)
+class LlmRuntime:
+    """The runtime facade: adapter registry and streaming calls. Made by `open_runtime`."""
+
+    _core: RuntimeCore
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> CallContext:
+        """Stream one call: ``async with rt.stream(options) as call: async for chunk in call``.
+
+        Every call ends with exactly one terminal `Finish`. Adapter, lookup and
+        config failures arrive as an ``error`` finish; abort (``call.abort()``
+        or ``signal``) as an ``aborted`` finish. Middleware exceptions are raised
+        from the iteration.
+        """
+        if not isinstance(options, GenerateOptions):
+            raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
+        return self._stream(options, signal, None)
+
+    def _stream(
+        self, options: GenerateOptions, signal: AbortSignal | None, target: PreparedTarget | None
+    ) -> CallContext:
+        core = self._core
+        call = Call(core, options, signal, target, core.default_idle_timeout)
+        return CallContext(core, call)
+
+    def use(self, middleware: Middleware) -> None:
+        """Add a middleware around every call started from now on (outermost last).
+
+        ``middleware(request, next)`` returns the call's chunk stream; it may
+        wrap ``next(request)`` or short-circuit it. The adapter is looked up
+        only when the innermost ``next`` runs.
+        """
+        if not callable(middleware):
+            raise TypeError("a middleware must be callable as middleware(request, next)")
+        self._core.middlewares = (*self._core.middlewares, middleware)
+
+    def statistics(self) -> RuntimeStatistics:
+        """An immutable snapshot of the runtime's counters."""
+        return self._core.stats.snapshot(self._core.registry.registration_count)
+
+    # ---- registry ------------------------------------------------------------------------
+
+    async def register_adapter(
+        self,
+        providers: Sequence[str],
+        adapter: Adapter,
+        *,
+        stream_idle_timeout: float | None = None,
+    ) -> RegistrationHandle:
+        """Register ``adapter`` for ``providers``, all or nothing.
+
+        Raises `LlmError`: ``INVALID_PROVIDER`` (bad or empty list, bad metadata
+        or retry policy), ``DUPLICATE_ADAPTER`` (a route is taken, or this adapter
+        instance is already registered).
+        """
+        idle = _check_timeout(
+            "stream_idle_timeout",
+            self._core.default_idle_timeout if stream_idle_timeout is None else stream_idle_timeout,
+        )
+        return await self._core.registry.register(providers, adapter, idle)
+
+    def list_providers(self) -> tuple[ProviderInfo, ...]:
+        """Registered provider routes, in registration order. Reads the published snapshot."""
+        return tuple(route.info for route in self._core.registry.topology.routes.values())
+
+    def _route(self, provider: str) -> Route:
+        route = self._core.registry.topology.routes.get(provider)
+        if route is None:
+            raise LlmError(
+                ErrorCode.NO_ADAPTER, f"no adapter is registered for provider {provider!r}"
+            )
+        return route
+
+    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy:
+        """The retry policy captured when ``provider`` was registered. Raises ``NO_ADAPTER``."""
+        return self._route(provider).retry_policy
+
+    async def register_configurable_providers(
+        self, entries: Sequence[ConfigurableProvider]
+    ) -> DirectoryHandle:
+        """Declare provider routes configuration could activate (all or nothing)."""
+        handle = DirectoryHandle(self._core.registry)
+        await self._core.registry.set_directory(handle, entries, new=True)
+        return handle
+
+    def list_configurable_providers(self) -> tuple[ConfigurableProvider, ...]:
+        """Every declared configurable provider, in declaration order."""
+        return self._core.registry.topology.configurable
+
+    async def register_model_discovery(
+        self, settings_ns: str, discover: Discover
+    ) -> DiscoveryHandle:
+        """Offer ``discover(request)`` for endpoints configured under ``settings_ns``."""
+        handle = DiscoveryHandle(self._core.registry, settings_ns)
+        await self._core.registry.set_offer(settings_ns, handle, discover)
+        return handle
+
+    async def discover_models(
+        self, settings_ns: str, request: ModelDiscoveryRequest
+    ) -> tuple[DiscoveredModel, ...]:
+        """Ask the discovery registered for ``settings_ns`` what an endpoint serves.
+
+        Deduplicated by id, in endpoint order. Raises ``NO_ADAPTER`` when no
+        discovery is offered, ``INVALID_MODEL_INFO`` for a malformed answer.
+        """
+        discover = self._core.registry.discover_for(settings_ns)
+        if discover is None:
+            raise LlmError(
+                ErrorCode.NO_ADAPTER, f"no model discovery is registered for {settings_ns!r}"
+            )
+        found = await discover(request)
+        try:
+            models = _discovered_decoder.decode(msgspec.json.encode(tuple(found)))
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+            raise LlmError(
+                ErrorCode.INVALID_MODEL_INFO, f"discovery for {settings_ns!r} returned {exc}"
+            ) from None
+        seen: set[str] = set()
+        unique = []
+        for model in models:
+            if model.id not in seen:
+                seen.add(model.id)
+                unique.append(model)
+        return tuple(unique)
+
+    @asynccontextmanager
+    async def adapters_updated(self) -> AsyncIterator[trio.MemoryReceiveChannel[None]]:
+        """Subscribe to topology changes: ``async for _ in updates`` wakes after commits.
+
+        Payload-free and coalescing: a subscriber that is behind gets one
+        pending wake-up, never a backlog, and never slows the registry down.
+        """
+        recv = self._core.registry.subscribe()
+        async with recv:
+            yield recv
+
+    # ---- model metadata ------------------------------------------------------------------
+
+    async def list_models(self, provider: str) -> tuple[ModelInfo, ...]:
+        """The adapter's advisory model catalog for ``provider``.
+
+        Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for a malformed answer.
+        """
+        route = self._route(provider)
+        return await validated_model_list(route.registration.adapter, provider)
+
+    async def resolve_model_info(self, provider: str, model: str) -> ResolvedModelInfo:
+        """Validated, detached metadata of one exact model from the adapter that owns it.
+
+        Raises ``NO_ADAPTER`` or ``INVALID_MODEL_INFO``. Cancellable.
+        """
+        route = self._route(provider)
+        return await validated_model_info(route.registration.adapter, provider, model)
+
+    async def resolve_call_config(self, config: LlmCallConfig) -> LlmCallConfig:
+        """Validate ``config`` against its exact model and materialize the adapter's defaults.
+
+        Raises ``NO_ADAPTER``, ``INVALID_MODEL_INFO``, ``UNSUPPORTED_REASONING_EFFORT``.
+        """
+        info = await self.resolve_model_info(config.provider, config.model)
+        resolved, _ = resolve_config(config, info)
+        return resolved
+
+    async def prepare_call(self, config: LlmCallConfig) -> PreparedCall:
+        """Resolve ``config`` under the current registration and bind a one-shot call to it."""
+        route = self._route(config.provider)
+        info = await validated_model_info(route.registration.adapter, config.provider, config.model)
+        resolved, defaults = resolve_config(config, info)
+        return PreparedCall(
+            config=resolved,
+            retry_policy=route.retry_policy,
+            context=info.context,
+            adapter_defaults=defaults,
+            runtime=self,
+            route=route,
+        )
+
+
+def retry_policy_of(call: Call) -> ResolvedRetryPolicy | None:
+    """The retry policy of the registration that serves ``call``; None before it is selected.
+
+    Captured when the call selected its registration, so replacing or
+    disposing that route later does not change it.
+    """
+    return call.retry_policy
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    stream_idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    drain_timeout: float = 30.0,
+    shutdown_grace: float = 5.0,
+    channel_size: int = 256,
+) -> AsyncIterator[LlmRuntime]:
+    """Open a runtime: its nursery, registry actor and watchdog; yield the `LlmRuntime`.
+
+    ``stream_idle_timeout``: the default idle watchdog of a route, in seconds.
+    ``drain_timeout``: how long a disposed registration's calls may run on.
+    ``shutdown_grace``: on exit, in-flight calls get an ``aborted`` finish and
+    this long to deliver it before their tasks are cancelled; then every
+    registration closes its adapter. ``channel_size``: chunks buffered per call.
+    """
+    idle = _check_timeout("stream_idle_timeout", stream_idle_timeout)
+    if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
+        raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout!r}")
+    if not isinstance(channel_size, int) or channel_size < 1:
+        raise ValueError(f"channel_size must be a positive integer, got {channel_size!r}")
+    try:
+        async with trio.open_nursery() as nursery:
+            registry = Registry(drain_timeout=drain_timeout)
+            watchdog = Watchdog()
+            registry_done = trio.Event()
+
+            async def run_registry(*, task_status: trio.TaskStatus[None]) -> None:
+                try:
+                    await registry.run(task_status=task_status)
+                finally:
+                    registry_done.set()
+
+            await nursery.start(run_registry)
+            await nursery.start(watchdog.run)
+            core = RuntimeCore(
+                registry=registry,
+                watchdog=watchdog,
+                nursery=nursery,
+                default_idle_timeout=idle,
+                channel_size=channel_size,
+            )
+            try:
+                yield LlmRuntime(core)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await core.shutdown(shutdown_grace)
+                    with trio.move_on_after(shutdown_grace + 15.0):
+                        await registry_done.wait()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # Only the body can raise (the runtime's own tasks never do): give the
+        # caller its own exception, not a group around it.
+        if len(group.exceptions) == 1:
+            exc = group.exceptions[0]
+            raise exc from exc.__cause__
+        raise
