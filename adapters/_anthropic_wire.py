@@ -56,6 +56,7 @@ from llmrt import (
     UsageChunk,
 )
 
+from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
 
 __all__ = ["AnthropicStreamDecoder", "build_anthropic_body"]
@@ -162,29 +163,13 @@ _BLOCK_KINDS = {
 }
 
 #: Anthropic error types (``error.type``) and their codes, HTTP status or not.
-_ERROR_CODES: dict[str, ErrorCode] = {
-    "overloaded_error": ErrorCode.OVERLOADED,
-    "rate_limit_error": ErrorCode.RATE_LIMIT,
-    "api_error": ErrorCode.SERVER_ERROR,
-    "timeout_error": ErrorCode.TIMEOUT,
-    "invalid_request_error": ErrorCode.INVALID_REQUEST,
-    "request_too_large": ErrorCode.INVALID_REQUEST,
-    "not_found_error": ErrorCode.INVALID_REQUEST,
-    "authentication_error": ErrorCode.AUTH,
-    "permission_error": ErrorCode.AUTH,
-    "billing_error": ErrorCode.INSUFFICIENT_BALANCE,
-}
 
 
-def _classify_inband(error: _ErrorBody) -> ErrorCode:
-    """The code of an in-band ``error`` event, from ``error.type`` (never the 200 status).
-
-    TODO(_classify): replace with ``_classify.classify_stream_error("anthropic",
-    payload)`` once ``adapters/_classify.py`` lands.
-    """
-    if "prompt is too long" in error.message.lower():
-        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
-    return _ERROR_CODES.get(error.type, ErrorCode.SERVER_ERROR)
+def _classify_inband(error: _ErrorBody) -> LlmFailure:
+    """The failure of an in-band ``error`` event, from ``error.type`` (never the 200 status)."""
+    return classify_stream_error(
+        "anthropic", {"type": "error", "error": {"type": error.type, "message": error.message}}
+    )
 
 
 class _Open:
@@ -311,7 +296,7 @@ class AnthropicStreamDecoder:
                     self._merge_usage(message.usage)
             case _ErrorEvent():
                 body = payload.error or _ErrorBody(message="provider reported an error")
-                return self._fail(_classify_inband(body), body.message or body.type)
+                return self._fail_with(_classify_inband(body))
         return out
 
     def end(self) -> list[StreamChunk]:
@@ -388,6 +373,12 @@ class AnthropicStreamDecoder:
     def _fail(self, code: str, message: str) -> list[StreamChunk]:
         self._done = True
         return [Finish(reason=self._error(code, message))]
+
+    def _fail_with(self, failure: LlmFailure) -> list[StreamChunk]:
+        self._done = True
+        if self._request_id is not None and failure.request_id is None:
+            failure = msgspec.structs.replace(failure, request_id=self._request_id)
+        return [Finish(reason=FinishError(failure=failure))]
 
     def _error(self, code: str, message: str) -> FinishError:
         return FinishError(

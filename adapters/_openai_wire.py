@@ -48,6 +48,8 @@ from llmrt import (
     UsageChunk,
 )
 
+from ._classify import classify_stream_error
+
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
 
 
@@ -136,38 +138,11 @@ def _usage(raw: _Usage) -> TokenUsage:
     )
 
 
-_CONTEXT_MARKERS = ("maximum context length", "context_length_exceeded", "context window")
-
-
 def _classify_inband(provider_kind: str, error: _ApiError | str) -> LlmFailure:
-    """Classify an in-band ``{"error": ...}`` object of a 200 stream.
-
-    TODO(_classify): replace with ``_classify.classify_stream_error(provider_kind,
-    payload)`` once ``adapters/_classify.py`` lands; this is the small subset
-    the stream decoder needs meanwhile.
-    """
+    """Classify an in-band ``{"error": ...}`` object of a 200 stream."""
     if isinstance(error, str):
-        message, kind, code = error, "", ""
-    else:
-        message = error.message or "provider reported an error"
-        kind = error.type or ""
-        code = str(error.code) if error.code is not None else ""
-    text = f"{message} {kind} {code}".lower()
-    if any(marker in text for marker in _CONTEXT_MARKERS):
-        result = ErrorCode.CONTEXT_WINDOW_EXCEEDED
-    elif "insufficient_quota" in text or "insufficient balance" in text:
-        result = ErrorCode.INSUFFICIENT_BALANCE
-    elif "rate_limit" in text or "rate limit" in text:
-        result = ErrorCode.RATE_LIMIT
-    elif "overloaded" in text or "insufficient_system_resource" in text:
-        result = ErrorCode.OVERLOADED
-    elif kind == "invalid_request_error" or code == "invalid_request_error":
-        result = ErrorCode.INVALID_REQUEST
-    elif "authentication" in text or "invalid_api_key" in text:
-        result = ErrorCode.AUTH
-    else:
-        result = ErrorCode.SERVER_ERROR
-    return LlmFailure(message=message, code=result)
+        return classify_stream_error(provider_kind, {"error": {"message": error}})
+    return classify_stream_error(provider_kind, {"error": msgspec.structs.asdict(error)})
 
 
 class _Open:
