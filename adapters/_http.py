@@ -1,0 +1,180 @@
+"""HTTP plumbing shared by the provider adapters: clients, credentials, errors, SSE bodies.
+
+Foreign exceptions are translated here, at the I/O edge: every httpx error
+becomes an `LlmError` with a stable code, and an error response is
+classified from its status, headers and body before anything is streamed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import cast
+
+import httpx
+import trio
+
+from llmrt import ErrorCode, LlmError, attribution_headers
+
+from ._classify import classify_http_error
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_LIMITS",
+    "make_client",
+    "read_api_key",
+    "translate_http_error",
+    "open_event_stream",
+    "finish_body",
+    "body_reads",
+]
+
+#: Explicit bounds on every phase. Reads may be slow (a long prompt before the
+#: first token); the runtime's idle watchdog is what bounds a stalled stream.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=30.0, pool=60.0)
+#: Sized for thousands of concurrent streams through one registration.
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=10_000, max_keepalive_connections=1_000, keepalive_expiry=30.0
+)
+#: How much of an error body is read to classify it.
+MAX_ERROR_BODY = 64 * 1024
+
+
+def make_client(
+    base_url: str,
+    *,
+    timeout: httpx.Timeout | None = None,
+    limits: httpx.Limits | None = None,
+    http2: bool | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """One registration's client: no redirects, no library retries, attribution headers.
+
+    ``http2=None`` turns HTTP/2 on for ``https`` endpoints when the ``h2``
+    package is installed (``pip install httpx[http2]``); plain-HTTP endpoints
+    (local servers) stay on HTTP/1.1.
+    """
+    if http2 is None:
+        http2 = base_url.startswith("https://") and importlib.util.find_spec("h2") is not None
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=timeout or DEFAULT_TIMEOUT,
+        limits=limits or DEFAULT_LIMITS,
+        http2=http2,
+        transport=transport,
+        headers=attribution_headers(),
+        follow_redirects=False,
+    )
+
+
+def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
+    """The API key in ``env_var``, checked before any I/O.
+
+    Raises `LlmError` ``MISSING_CREDENTIAL`` (unset or empty) or
+    ``INVALID_CREDENTIAL`` (not a single printable ASCII token). The key never
+    appears in a message.
+    """
+    value = (os.environ if environ is None else environ).get(env_var)
+    if not value:
+        raise LlmError(
+            ErrorCode.MISSING_CREDENTIAL, f"no API key: the environment variable {env_var} is unset"
+        )
+    if not all("!" <= ch <= "~" for ch in value):
+        raise LlmError(
+            ErrorCode.INVALID_CREDENTIAL,
+            f"the API key in {env_var} is malformed: it must be one token of printable "
+            "ASCII characters, without spaces or line breaks",
+        )
+    return value
+
+
+def translate_http_error(exc: httpx.HTTPError) -> LlmError:
+    """An httpx exception as an `LlmError` (``TIMEOUT``, ``NETWORK`` or ``PROTOCOL``)."""
+    name = type(exc).__name__
+    detail = str(exc) or name
+    if isinstance(exc, httpx.TimeoutException):
+        return LlmError(ErrorCode.TIMEOUT, f"the provider did not answer in time ({name})")
+    if isinstance(exc, httpx.DecodingError):
+        return LlmError(ErrorCode.PROTOCOL, f"undecodable response body ({name}: {detail})")
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return LlmError(ErrorCode.NETWORK, f"the provider broke the connection ({detail})")
+    return LlmError(ErrorCode.NETWORK, f"connection to the provider failed ({name}: {detail})")
+
+
+async def _read_bounded(response: httpx.Response) -> bytes:
+    body = bytearray()
+    async for piece in response.aiter_bytes():
+        body += piece
+        if len(body) >= MAX_ERROR_BODY:
+            break
+    return bytes(body[:MAX_ERROR_BODY])
+
+
+@asynccontextmanager
+async def open_event_stream(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    provider_kind: str,
+) -> AsyncIterator[httpx.Response]:
+    """POST ``body`` and yield the streaming response once it is a 2xx event stream.
+
+    Raises `LlmError`: the classified failure for an error status, ``PROTOCOL``
+    for a success that is not ``text/event-stream`` (an HTML page from a
+    proxy, say), or a translated transport error. The response is closed on
+    exit, however it is left.
+    """
+    request = client.build_request("POST", path, content=body, headers=headers)
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise translate_http_error(exc) from None
+    try:
+        if response.status_code >= 300:
+            try:
+                raw = await _read_bounded(response)
+            except httpx.HTTPError:
+                raw = b""
+            raise LlmError.from_failure(
+                classify_http_error(provider_kind, response.status_code, response.headers, raw)
+            )
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.lower():
+            try:
+                raw = await _read_bounded(response)
+            except httpx.HTTPError:
+                raw = b""
+            snippet = raw[:120].decode("utf-8", "replace").strip()
+            raise LlmError(
+                ErrorCode.PROTOCOL,
+                f"expected an event stream, got {content_type or 'no content type'} "
+                f"with HTTP {response.status_code}: {snippet!r}",
+            )
+        yield response
+    finally:
+        await response.aclose()
+
+
+#: How long to wait for the end of a body after the provider's end-of-stream marker.
+EOF_GRACE = 1.0
+
+
+async def finish_body(reads: AsyncIterator[bytes]) -> None:
+    """Read what is left of a body after its end-of-stream marker, briefly.
+
+    A body read to its end lets httpx return the connection to the pool (no
+    new TCP/TLS handshake for the next call); a server that keeps the body
+    open past the marker costs at most `EOF_GRACE` seconds and its connection.
+    """
+    with trio.move_on_after(EOF_GRACE):
+        async for _ in reads:
+            pass
+
+
+def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The response body's reads, as the async generator httpx makes (for ``aclosing``)."""
+    return cast(AsyncGenerator[bytes, None], response.aiter_bytes())
