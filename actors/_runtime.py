@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -12,6 +13,7 @@ import trio
 
 from llmrt import (
     Adapter,
+    AlwaysRetryPolicy,
     CallConfigDefaults,
     ConfigurableProvider,
     DiscoveredModel,
@@ -25,6 +27,7 @@ from llmrt import (
     ModelContext,
     ModelDiscoveryRequest,
     ModelInfo,
+    NormalRetryPolicy,
     ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
@@ -34,6 +37,12 @@ from ._abort import AbortSignal
 from ._call import Call, CallContext, Middleware, PreparedTarget
 from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
+from ._retry import (
+    DEFAULT_MAX_RETRY_AFTER_MS,
+    RetryCall,
+    RetryCallContext,
+    check_retry_after_cap,
+)
 from ._stats import RuntimeStatistics, StatsCounters
 from ._topology import Discover, Route
 from ._watchdog import Watchdog
@@ -63,6 +72,8 @@ class RuntimeCore:
     middlewares: tuple[Middleware, ...] = ()
     calls: set[Call] = attrs.field(factory=set)
     closing: bool = False
+    #: Set when shutdown starts: retry back-offs end at once.
+    shutting_down: trio.Event = attrs.field(factory=trio.Event)
     _all_ended: trio.Event = attrs.field(factory=trio.Event)
 
     def start_call(self, call: Call) -> None:
@@ -101,6 +112,7 @@ class RuntimeCore:
     async def shutdown(self, grace: float) -> None:
         """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
         self.closing = True
+        self.shutting_down.set()
         for call in list(self.calls):
             call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
         if self.calls:
@@ -169,6 +181,42 @@ class LlmRuntime:
         core = self._core
         call = Call(core, options, signal, target, core.default_idle_timeout)
         return CallContext(core, call)
+
+    def stream_with_retry(
+        self,
+        options: GenerateOptions,
+        *,
+        policy: ResolvedRetryPolicy | None = None,
+        signal: AbortSignal | None = None,
+        retry_after_output: bool = True,
+        max_retry_after_ms: float = DEFAULT_MAX_RETRY_AFTER_MS,
+        rng: random.Random | None = None,
+    ) -> RetryCallContext:
+        """Stream a call over as many attempts as ``policy`` allows (see `llmrt.actors._retry`).
+
+        ``async with rt.stream_with_retry(options) as call: async for event in call``
+        yields `AttemptChunk` and `RetryScheduled` events; the last event is the
+        last attempt's terminal finish. ``policy`` defaults to the serving
+        registration's. A provider-requested delay above ``max_retry_after_ms``
+        makes the failure final. ``rng`` draws the jitter (seed it for
+        reproducible delays). Abort (``call.abort()`` or ``signal``) ends the
+        whole call at once, in an attempt or in a back-off.
+        """
+        if not isinstance(options, GenerateOptions):
+            raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
+        if policy is not None and not isinstance(policy, NormalRetryPolicy | AlwaysRetryPolicy):
+            raise TypeError("policy must be a NormalRetryPolicy or an AlwaysRetryPolicy")
+        call = RetryCall(
+            self,
+            self._core,
+            options,
+            policy,
+            signal,
+            rng or random.Random(),
+            retry_after_output,
+            check_retry_after_cap(max_retry_after_ms),
+        )
+        return RetryCallContext(call)
 
     def use(self, middleware: Middleware) -> None:
         """Add a middleware around every call started from now on (outermost last).
@@ -276,10 +324,16 @@ class LlmRuntime:
 
         Payload-free and coalescing: a subscriber that is behind gets one
         pending wake-up, never a backlog, and never slows the registry down.
+        Leaving the block ends the subscription; the iteration ends when the
+        runtime closes.
         """
-        recv = self._core.registry.subscribe()
-        async with recv:
-            yield recv
+        registry = self._core.registry
+        recv = registry.subscribe()
+        try:
+            async with recv:
+                yield recv
+        finally:
+            registry.unsubscribe(recv)
 
     # ---- model metadata ------------------------------------------------------------------
 

@@ -27,6 +27,10 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel
     #: Middleware exceptions re-raised in the consumer.
     middleware_errors: int
     registrations: int
+    #: Retries scheduled by `stream_with_retry`, by the failure code that caused them.
+    retries_by_code: dict[str, int]
+    #: Calls run by `stream_with_retry`, by how many attempts they took.
+    attempts_per_call: dict[int, int]
 
 
 @attrs.define(eq=False)
@@ -38,6 +42,8 @@ class StatsCounters:
     chunks_forwarded: int = 0
     chunks_dropped: int = 0
     middleware_errors: int = 0
+    retries: Counter[str] = attrs.field(factory=Counter)
+    attempts: Counter[int] = attrs.field(factory=Counter)
 
     def snapshot(self, registrations: int) -> RuntimeStatistics:
         return RuntimeStatistics(
@@ -49,4 +55,6 @@ class StatsCounters:
             chunks_dropped=self.chunks_dropped,
             middleware_errors=self.middleware_errors,
             registrations=registrations,
+            retries_by_code=dict(self.retries),
+            attempts_per_call=dict(self.attempts),
         )

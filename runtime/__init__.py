@@ -75,9 +75,13 @@ from ._request import ReasoningEffortInfo as ReasoningEffortInfo
 from ._request import ResolvedModelInfo as ResolvedModelInfo
 from ._request import ToolSchema as ToolSchema
 from ._retry import DEFAULT_RETRYABLE_CODES as DEFAULT_RETRYABLE_CODES
+from ._retry import NEVER_RETRIED_CODES as NEVER_RETRIED_CODES
 from ._retry import AlwaysRetryPolicy as AlwaysRetryPolicy
+from ._retry import AttemptChunk as AttemptChunk
 from ._retry import NormalRetryPolicy as NormalRetryPolicy
 from ._retry import ResolvedRetryPolicy as ResolvedRetryPolicy
+from ._retry import RetryEvent as RetryEvent
+from ._retry import RetryScheduled as RetryScheduled
 from ._retry import default_retry_policy as default_retry_policy
 
 __version__: str = app_identity().version
@@ -106,6 +110,10 @@ __all__ = [
     "RuntimeStatistics",
     "open_runtime",
     "retry_policy_of",
+    "NEVER_RETRIED_CODES",
+    "AttemptChunk",
+    "RetryEvent",
+    "RetryScheduled",
     "CONTENT_BLOCK_TYPES",
     "DEFAULT_RETRYABLE_CODES",
     "Adapter",

@@ -6,10 +6,15 @@ from typing import Annotated
 
 import msgspec
 
-from ._errors import ErrorCode
+from ._chunks import StreamChunk
+from ._errors import ErrorCode, LlmFailure
 from ._wire import Wire
 
 __all__ = [
+    "AttemptChunk",
+    "RetryScheduled",
+    "RetryEvent",
+    "NEVER_RETRIED_CODES",
     "DEFAULT_RETRYABLE_CODES",
     "NormalRetryPolicy",
     "AlwaysRetryPolicy",
@@ -25,6 +30,20 @@ DEFAULT_RETRYABLE_CODES: tuple[str, ...] = (
     ErrorCode.NETWORK,
     ErrorCode.TIMEOUT,
     ErrorCode.EMPTY_RESPONSE,
+)
+
+#: Codes no policy retries, whatever its ``retryable_codes`` say: the same request
+#: would fail the same way, or the caller asked for the end.
+NEVER_RETRIED_CODES: frozenset[str] = frozenset(
+    {
+        ErrorCode.AUTH,
+        ErrorCode.INVALID_CREDENTIAL,
+        ErrorCode.MISSING_CREDENTIAL,
+        ErrorCode.CONTEXT_WINDOW_EXCEEDED,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.ABORTED,
+        ErrorCode.NO_ADAPTER,
+    }
 )
 
 _Ms = Annotated[float, msgspec.Meta(ge=0)]
@@ -74,3 +93,24 @@ def default_retry_policy() -> NormalRetryPolicy:
 
 
 _DEFAULT = NormalRetryPolicy()
+
+
+class AttemptChunk(Wire, frozen=True, tag_field="type", tag="attempt-chunk"):
+    """A chunk of attempt number ``attempt`` (1-based) of a retried call."""
+
+    attempt: int
+    chunk: StreamChunk
+
+
+class RetryScheduled(Wire, frozen=True, tag_field="type", tag="retry"):
+    """Attempt ``attempt`` failed with ``failure``; attempt ``attempt + 1`` starts after
+    ``delay_ms``. Everything attempt ``attempt`` streamed is void."""
+
+    attempt: int
+    failure: LlmFailure
+    delay_ms: float
+
+
+#: What a retried call yields: every attempt's chunks (the last one ends with the
+#: one terminal finish) and a `RetryScheduled` between attempts.
+RetryEvent = AttemptChunk | RetryScheduled

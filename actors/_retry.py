@@ -1,0 +1,251 @@
+"""The retry executor: runs a route's `ResolvedRetryPolicy` over successive attempts.
+
+One `LlmRuntime.stream` call is one provider attempt. `stream_with_retry`
+runs attempts one after another in the consumer's own task (no extra task):
+
+    async with rt.stream_with_retry(request) as call:
+        async for event in call:
+            match event:
+                case AttemptChunk(attempt=n, chunk=chunk): ...
+                case RetryScheduled(attempt=n, failure=f, delay_ms=d): ...  # drop attempt n
+
+Every chunk is tagged with its attempt number; a failed attempt that will be
+retried ends with a `RetryScheduled` event instead of its error finish, so
+its partial output is never taken for the answer. The last event is always
+the last attempt's terminal finish, wrapped in an `AttemptChunk`.
+
+Retrying after output was streamed is allowed by default: an overload or a
+dropped connection mid-answer is exactly what an agent host wants retried,
+and the attempt tags make the restart explicit. Pass
+``retry_after_output=False`` for consumers that cannot take output back.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from llmrt import (
+    NEVER_RETRIED_CODES,
+    AttemptChunk,
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    GenerateOptions,
+    LlmFailure,
+    NormalRetryPolicy,
+    ResolvedRetryPolicy,
+    RetryEvent,
+    RetryScheduled,
+    UsageChunk,
+    default_retry_policy,
+)
+
+from ._abort import AbortSignal
+from ._call import Call, CallContext
+
+if TYPE_CHECKING:
+    from ._runtime import LlmRuntime, RuntimeCore
+
+__all__ = [
+    "RetryCall",
+    "RetryCallContext",
+    "backoff_delay_ms",
+    "retry_delay_ms",
+    "check_retry_after_cap",
+    "DEFAULT_MAX_RETRY_AFTER_MS",
+]
+
+#: A provider-requested delay above this (ms) is not waited for: the failure is final.
+DEFAULT_MAX_RETRY_AFTER_MS = 120_000.0
+
+
+def backoff_delay_ms(policy: ResolvedRetryPolicy, retry: int, rng: random.Random) -> float:
+    """The computed delay before retry number ``retry`` (1-based), in milliseconds.
+
+    ``initial_delay_ms * 2**(retry - 1)``, capped at ``max_delay_ms``, then
+    scaled by a factor drawn uniformly from ``[1 - jitter_ratio, 1 + jitter_ratio]``
+    and capped again.
+    """
+    base = min(policy.max_delay_ms, policy.initial_delay_ms * 2.0 ** min(retry - 1, 64))
+    if policy.jitter_ratio:
+        base *= 1.0 + policy.jitter_ratio * (2.0 * rng.random() - 1.0)
+    return max(0.0, min(policy.max_delay_ms, base))
+
+
+def retry_delay_ms(
+    policy: ResolvedRetryPolicy,
+    failure: LlmFailure,
+    retries_done: int,
+    rng: random.Random,
+    *,
+    max_retry_after_ms: float = DEFAULT_MAX_RETRY_AFTER_MS,
+) -> float | None:
+    """How long to wait before retrying after ``failure``, or None when it is final.
+
+    Final: a code that is never retried or not in the policy's
+    ``retryable_codes``; a normal policy out of retries; a provider-requested
+    delay above ``max_retry_after_ms``. A valid provider-requested delay
+    replaces the computed one.
+    """
+    code = str(failure.code)
+    if code in NEVER_RETRIED_CODES or code not in policy.retryable_codes:
+        return None
+    if isinstance(policy, NormalRetryPolicy) and retries_done >= policy.max_retries:
+        return None
+    requested = failure.provider_retry_after_ms
+    if requested is not None and requested > 0:
+        return float(requested) if requested <= max_retry_after_ms else None
+    return backoff_delay_ms(policy, retries_done + 1, rng)
+
+
+@attrs.define(eq=False)
+class RetryCall:
+    """A call run over as many attempts as its policy allows; iterate it for `RetryEvent`s."""
+
+    _runtime: LlmRuntime
+    _core: RuntimeCore
+    options: GenerateOptions
+    _policy: ResolvedRetryPolicy | None
+    _signal: AbortSignal | None
+    _rng: random.Random
+    _retry_after_output: bool
+    _max_retry_after_ms: float
+    #: The attempt in progress (1-based); 0 before the first.
+    attempt: int = attrs.field(default=0, init=False)
+    _context: CallContext | None = attrs.field(default=None, init=False)
+    _call: Call | None = attrs.field(default=None, init=False)
+    _output: bool = attrs.field(default=False, init=False)
+    _pending_delay: float | None = attrs.field(default=None, init=False)
+    _abort: FinishAborted | None = attrs.field(default=None, init=False)
+    _sleep: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _ended: bool = attrs.field(default=False, init=False)
+
+    @property
+    def policy(self) -> ResolvedRetryPolicy:
+        """The policy in force: the explicit one, else the serving registration's."""
+        if self._policy is not None:
+            return self._policy
+        if self._call is not None and self._call.retry_policy is not None:
+            return self._call.retry_policy
+        return default_retry_policy()
+
+    def abort(self, reason: str | None = None) -> None:
+        """End the whole call at once with one ``aborted`` finish (in an attempt or a back-off)."""
+        if self._ended or self._abort is not None:
+            return
+        message = f"aborted: {reason}" if reason else "the call was aborted"
+        self._abort = FinishAborted(failure=LlmFailure(message=message, code=ErrorCode.ABORTED))
+        if self._call is not None:
+            self._call.abort(reason)
+        if self._sleep is not None:
+            self._sleep.cancel()
+
+    def __aiter__(self) -> RetryCall:
+        return self
+
+    async def __anext__(self) -> RetryEvent:
+        if self._ended:
+            raise StopAsyncIteration
+        if self._call is None:
+            if self._pending_delay is not None:
+                await self._back_off(self._pending_delay)
+                self._pending_delay = None
+            if self._abort is not None or self._core.closing:
+                return self._final(Finish(reason=self._abort or _SHUTDOWN))
+            await self._start_attempt()
+        assert self._call is not None
+        chunk = await self._call.__anext__()
+        if type(chunk) is not Finish:
+            if type(chunk) is not UsageChunk:
+                self._output = True
+            return AttemptChunk(attempt=self.attempt, chunk=chunk)
+        reason = chunk.reason
+        if type(reason) is FinishError and self._abort is None and not self._core.closing:
+            delay = None
+            if self._retry_after_output or not self._output:
+                delay = retry_delay_ms(
+                    self.policy,
+                    reason.failure,
+                    self.attempt - 1,
+                    self._rng,
+                    max_retry_after_ms=self._max_retry_after_ms,
+                )
+            if delay is not None:
+                await self._end_attempt()
+                self._pending_delay = delay
+                self._core.stats.retries[str(reason.failure.code)] += 1
+                return RetryScheduled(attempt=self.attempt, failure=reason.failure, delay_ms=delay)
+        return self._final(chunk)
+
+    def _final(self, chunk: Finish) -> AttemptChunk:
+        self._ended = True
+        self._core.stats.attempts[max(self.attempt, 1)] += 1
+        return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
+
+    async def _start_attempt(self) -> None:
+        self.attempt += 1
+        self._output = False
+        self._context = self._runtime.stream(self.options, signal=self._signal)
+        self._call = await self._context.__aenter__()
+
+    async def _end_attempt(self) -> None:
+        context, self._context, self._call = self._context, None, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
+
+    async def _back_off(self, delay_ms: float) -> None:
+        with trio.CancelScope() as scope:
+            self._sleep = scope
+            if self._abort is not None:
+                scope.cancel()
+            with trio.move_on_after(delay_ms / 1000.0):
+                await self._core.shutting_down.wait()
+        self._sleep = None
+
+    async def aclose(self) -> None:
+        """End the attempt in progress, if any (what leaving ``async with`` does)."""
+        self._ended = True
+        await self._end_attempt()
+
+
+_SHUTDOWN = FinishAborted(
+    failure=LlmFailure(message="the runtime is shutting down", code=ErrorCode.ABORTED)
+)
+
+
+@attrs.define(eq=False)
+class RetryCallContext:
+    """``async with rt.stream_with_retry(...) as call``; leaving ends the attempt in progress."""
+
+    _call: RetryCall
+    _key: int | None = attrs.field(default=None, init=False)
+
+    async def __aenter__(self) -> RetryCall:
+        await trio.lowlevel.checkpoint()
+        signal = self._call._signal
+        if signal is not None and signal.aborted:
+            self._call.abort(signal.reason)
+        elif signal is not None:
+            # Attempts subscribe to the signal themselves; this interrupts a back-off.
+            self._key = signal._subscribe(self._call.abort)
+        return self._call
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        signal = self._call._signal
+        if signal is not None and self._key is not None:
+            signal._unsubscribe(self._key)
+        with trio.CancelScope(shield=True):
+            await self._call.aclose()
+
+
+def check_retry_after_cap(value: float) -> float:
+    """Validate a ``max_retry_after_ms`` argument."""
+    if not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"max_retry_after_ms must be a finite number >= 0, got {value!r}")
+    return float(value)
