@@ -55,6 +55,7 @@ from llmrt import (
 )
 
 from ._abort import AbortSignal
+from ._mailbox import Mailbox
 from ._prepare import apply_config, config_of, resolve_config, validated_model_info
 from ._registration import Registration
 from ._topology import Route
@@ -102,8 +103,8 @@ class PreparedTarget:
 
 async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
     aclose = getattr(source, "aclose", None)
-    if aclose is None:
-        return
+    if aclose is None or getattr(source, "ag_frame", True) is None:
+        return  # nothing to close, or an async generator that already finished
     with trio.move_on_after(CLOSE_TIMEOUT, shield=True) as scope:
         try:
             await aclose()
@@ -128,12 +129,12 @@ class Call:
     idle_timeout: float
     #: The retry policy of the registration that serves this call (None until selected).
     retry_policy: ResolvedRetryPolicy | None = attrs.field(default=None, init=False)
-    _send: trio.MemorySendChannel[Any] = attrs.field(init=False)
-    _recv: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
+    _box: Mailbox = attrs.field(init=False)
+    #: Covers the adapter work: abort, the watchdog and the consumer leaving cancel it.
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
-    _outer: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     _cause: Finish | None = attrs.field(default=None, init=False)
-    _done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: Made only when a consumer leaves before the call task ended (rare).
+    _done: trio.Event | None = attrs.field(default=None, init=False)
     _ended: bool = attrs.field(default=False, init=False)
     _delivered: Finish | None = attrs.field(default=None, init=False)
     _since_yield: int = attrs.field(default=0, init=False)
@@ -145,7 +146,7 @@ class Call:
     watch_done: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._send, self._recv = trio.open_memory_channel[Any](self._core.channel_size)
+        self._box = Mailbox(self._core.channel_size)
 
     # ---- the consumer's side -------------------------------------------------------------
 
@@ -161,20 +162,18 @@ class Call:
         """
         if self._ended:
             raise StopAsyncIteration
-        try:
-            item = self._recv.receive_nowait()
-        except trio.WouldBlock:
-            try:
-                item = await self._recv.receive()
-            except trio.EndOfChannel:
-                item = self._lost()
-        except trio.EndOfChannel:
-            item = self._lost()
-        else:
+        box = self._box
+        if box.ready:
+            item = box.take()
             self._since_yield += 1
             if self._since_yield >= _YIELD_EVERY:
                 self._since_yield = 0
                 await trio.lowlevel.checkpoint()
+        else:
+            try:
+                item = await box.get()
+            except trio.EndOfChannel:
+                item = self._lost()
         cls = type(item)
         if cls is Finish:
             self._ended = True
@@ -223,28 +222,28 @@ class Call:
 
     async def run(self) -> None:
         core = self._core
+        box = self._box
         delivered: Finish | None = None
         try:
-            with self._outer:
-                item = await self._produce()
-                if type(item) is Finish:
-                    delivered = item
-                try:
-                    self._send.send_nowait(item)
-                except trio.WouldBlock:
-                    await self._send.send(item)
-                except trio.BrokenResourceError:
-                    delivered = None
+            item = await self._produce()
+            if not box.put_nowait(item):
+                await box.put(item)
+            if type(item) is Finish:
+                delivered = item
+        except trio.BrokenResourceError:
+            pass  # the consumer left before the end: nobody to tell
         finally:
-            self._send.close()
+            box.close()
             self.watch_done = True
             core.call_ended(self, delivered)
-            self._done.set()
+            if self._done is not None:
+                self._done.set()
 
     async def _produce(self) -> Finish | _Raise:
         core = self._core
         clock = trio.lowlevel.current_clock().current_time
-        send_nowait = self._send.send_nowait
+        box = self._box
+        put_nowait = box.put_nowait
         direct = not core.middlewares
         finish: Finish | None = None
         failure: LlmFailure | None = None
@@ -286,12 +285,10 @@ class Call:
                             )
                             break
                         forwarded += 1
-                        try:
-                            send_nowait(chunk)
-                        except trio.WouldBlock:
+                        if not put_nowait(chunk):
                             self.watch_paused = True
                             try:
-                                await self._send.send(chunk)
+                                await box.put(chunk)
                             finally:
                                 self.watch_paused = False
                                 self.watch_last = clock()
@@ -488,8 +485,13 @@ class CallContext:
 
     async def __aexit__(self, *exc_info: object) -> None:
         call = self._call
-        if not call._done.is_set():
-            call._outer.cancel()
+        if not call.watch_done:
+            # Cancel first: a producer parked inside the scope gets Cancelled; then
+            # leave(), which wakes one parked outside it (delivering its finish).
+            call._scope.cancel()
+            call._box.leave()
             with trio.CancelScope(shield=True):
-                await call._done.wait()
+                if not call.watch_done:
+                    call._done = trio.Event()
+                    await call._done.wait()
         call._unsubscribe()

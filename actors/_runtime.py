@@ -85,10 +85,10 @@ class RuntimeCore:
         try:
             self.nursery.start_soon(call.run)
         except RuntimeError:  # the runtime's nursery is closed: finish without a task
-            call._send.send_nowait(call._lost())
-            call._send.close()
+            call._box.put_nowait(call._lost())
+            call._box.close()
             self.call_ended(call, None)
-            call._done.set()
+            call.watch_done = True
 
     def call_ended(self, call: Call, delivered: Finish | None) -> None:
         self.calls.discard(call)

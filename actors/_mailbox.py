@@ -1,0 +1,116 @@
+"""A bounded single-producer, single-consumer mailbox for one call's chunks.
+
+A trio memory channel does the same job, but it is built for many senders
+and receivers: it costs about 1.7 KiB per channel pair, and its non-blocking
+calls still pay for that generality. A call has exactly one producer (its
+task) and one consumer, so this is a deque, a capacity and at most one
+parked task on each side. Taking or putting an item while the other side is
+not parked is a deque operation; blocking uses trio's low-level parking
+(`wait_task_rescheduled`), so it is cancellable like any trio wait.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import outcome
+import trio
+
+__all__ = ["Mailbox"]
+
+_Task = trio.lowlevel.Task
+
+
+class Mailbox:
+    __slots__ = ("_capacity", "_closed", "_getter", "_gone", "_items", "_putter")
+
+    def __init__(self, capacity: int) -> None:
+        # Created on first need: when the consumer keeps up, every item is handed
+        # straight to it and no buffer is ever allocated (an empty deque is 600 B).
+        self._items: deque[Any] | None = None
+        self._capacity = capacity
+        self._getter: _Task | None = None
+        self._putter: _Task | None = None
+        #: The producer is done: after the buffered items, the consumer gets EndOfChannel.
+        self._closed = False
+        #: The consumer left: the producer's puts raise BrokenResourceError.
+        self._gone = False
+
+    # ---- producer side -------------------------------------------------------------------
+
+    def put_nowait(self, item: Any) -> bool:
+        """Hand ``item`` over unless the box is full; False when it is (or the consumer left)."""
+        getter = self._getter
+        if getter is not None:  # the consumer is parked, so the buffer is empty
+            self._getter = None
+            trio.lowlevel.reschedule(getter, outcome.Value(item))
+            return True
+        items = self._items
+        if items is None:
+            items = self._items = deque()
+        if len(items) >= self._capacity or self._gone:
+            return False
+        items.append(item)
+        return True
+
+    async def put(self, item: Any) -> None:
+        """Append ``item``, waiting while the box is full. Raises `trio.BrokenResourceError`
+        once the consumer has left."""
+        while not self.put_nowait(item):
+            if self._gone:
+                raise trio.BrokenResourceError("the consumer left")
+            self._putter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_put)
+
+    def _abort_put(self, _: object) -> trio.lowlevel.Abort:
+        self._putter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def close(self) -> None:
+        """The producer is done; a parked consumer wakes to the remaining items, then the end."""
+        self._closed = True
+        getter = self._getter
+        if getter is not None:
+            self._getter = None
+            trio.lowlevel.reschedule(getter, outcome.Error(trio.EndOfChannel()))
+
+    # ---- consumer side -------------------------------------------------------------------
+
+    def take(self) -> Any:
+        """Pop the oldest item; the caller checks `ready` first. Wakes a parked producer."""
+        item = self._items.popleft()  # type: ignore[union-attr]
+        putter = self._putter
+        if putter is not None:
+            self._putter = None
+            trio.lowlevel.reschedule(putter)
+        return item
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._items)
+
+    async def get(self) -> Any:
+        """Wait for the next item. Raises `trio.EndOfChannel` once closed and drained.
+
+        Call it only when `ready` is False: the producer hands its next item
+        straight to the parked consumer.
+        """
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            raise trio.EndOfChannel
+        self._getter = trio.lowlevel.current_task()
+        return await trio.lowlevel.wait_task_rescheduled(self._abort_get)
+
+    def _abort_get(self, _: object) -> trio.lowlevel.Abort:
+        self._getter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def leave(self) -> None:
+        """The consumer is gone: drop what is buffered and wake a parked producer."""
+        self._gone = True
+        self._items = None
+        putter = self._putter
+        if putter is not None:
+            self._putter = None
+            trio.lowlevel.reschedule(putter)
