@@ -98,6 +98,10 @@ _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
+#: The pace of the built-in demo route (a ``demo`` route in the file sets its own).
+BUILTIN_DEMO_TOKENS_PER_SECOND = 60.0
+
+
 class ConfigError(ValueError):
     """A config file problem: ``str(err)`` is ``FILE:LINE: REASON``.
 
@@ -501,7 +505,12 @@ def _complete(
     if "demo" not in taken:
         out.append(
             RouteSpec(
-                route="demo", adapter="demo", source="built-in", stream_idle_timeout=default_idle
+                route="demo",
+                adapter="demo",
+                source="built-in",
+                stream_idle_timeout=default_idle,
+                # Paced like a real model, so a terminal shows it streaming.
+                tokens_per_second=BUILTIN_DEMO_TOKENS_PER_SECOND,
             )
         )
     return out

@@ -22,6 +22,7 @@ from llmrt import (
 )
 from llmrt.actors._config_schema import format_path, locate_lines, parse_path
 from llmrt.actors.config import (
+    BUILTIN_DEMO_TOKENS_PER_SECOND,
     Config,
     ConfigError,
     RouteSpec,
@@ -150,7 +151,7 @@ def test_build_adapter_makes_the_configured_adapter(tmp_path: Path) -> None:
     assert isinstance(slow, DemoAdapter)
     assert slow.tokens_per_second == 20
     assert isinstance(demo, DemoAdapter)
-    assert demo.tokens_per_second is None
+    assert demo.tokens_per_second == BUILTIN_DEMO_TOKENS_PER_SECOND
 
 
 async def test_full_file_registers_into_a_runtime(tmp_path: Path) -> None:

@@ -1,0 +1,147 @@
+"""The ``llmrt`` command line, in-process and as a real process (serve, Ctrl-C)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import llmrt
+from llmrt.actors._cli import main
+
+CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+
+
+def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out, environ=environ if environ is not None else {})
+    return code, out.getvalue()
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert llmrt.__version__ in capsys.readouterr().out
+    for command in ("serve", "call", "providers", "models"):
+        with pytest.raises(SystemExit) as info:
+            main([command, "--help"])
+        assert info.value.code == 0
+        assert f"usage: llmrt {command}" in capsys.readouterr().out
+    code, text = run()
+    assert code == 0 and "serve" in text and "call" in text
+
+
+def test_call_streams_the_demo_answer() -> None:
+    code, text = run("call", "hello cli", "--no-color")
+    assert code == 0
+    assert 'You said: "hello cli"' in text
+    assert "thinking:" in text
+    assert "usage: input 2" in text
+    assert "first token" in text and "total" in text
+    assert text.rstrip().endswith("finish: stop")
+
+
+def test_call_with_retry_and_options() -> None:
+    code, text = run("call", "x", "--retry", "--effort", "low", "--max-tokens", "3")
+    assert code == 0
+    assert "finish: max-tokens" in text
+
+
+def test_call_reports_failures_with_their_code() -> None:
+    code, text = run("call", "x", "--provider", "nowhere", "--model", "m")
+    assert code == 1
+    assert "error NO_ADAPTER" in text
+    code, text = run("call", "x", "--effort", "extreme")
+    assert code == 1
+    assert "UNSUPPORTED_REASONING_EFFORT" in text
+
+
+def test_providers_and_models() -> None:
+    code, text = run("providers", environ={"DEEPSEEK_API_KEY": "sk-secret-value-123"})
+    assert code == 0
+    assert "demo" in text and "deepseek" in text
+    assert "sk-secret-value-123" not in text
+    code, text = run("models", "demo")
+    assert code == 0
+    assert text.splitlines()[0].startswith("demo-1")
+
+
+def test_bad_config_names_file_and_line(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "llmrt.toml"
+    path.write_text('[[provider]]\nroute = "x"\nadapter = "nope"\n')
+    code, _ = run("providers", "--config", str(path))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{path}:" in err and "adapter" in err
+
+
+def _spawn(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    environ.update(env or {})
+    environ["PYTHONUNBUFFERED"] = "1"
+    return subprocess.Popen(
+        [*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ
+    )
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str) -> str:
+    seen = ""
+    assert proc.stdout is not None
+    while needle not in seen:
+        char = proc.stdout.read(1)
+        if not char:
+            break
+        seen += char
+    return seen
+
+
+def test_serve_then_call_via_the_gateway_then_shut_down() -> None:
+    server = _spawn("serve", "--port", "0")
+    try:
+        head = _read_until(server, "\n")
+        assert "gateway listening on ws://127.0.0.1:" in head
+        url = head.strip().rsplit(" ", 1)[-1]
+        rest = _read_until(server, "demo")
+        assert "auth: off" in rest
+        code, text = run("call", "through the wire", "--via", url, "--no-color")
+        assert code == 0
+        assert 'You said: "through the wire"' in text
+        code, text = run("models", "demo", "--via", url)
+        assert code == 0 and "demo-1" in text
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=30)
+        assert server.returncode == 0
+        assert "shutting down" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def test_serve_refuses_a_public_host_without_a_token() -> None:
+    code, _ = run("serve", "--host", "0.0.0.0", "--port", "0")
+    assert code == 2
+
+
+def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text('[[provider]]\nroute = "slow"\nadapter = "demo"\ntokens_per_second = 4\n')
+    proc = _spawn("call", "a long story", "--config", str(config), "-p", "slow", "--no-color")
+    try:
+        _read_until(proc, "thinking: The")  # streaming has started
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130
+    assert "aborted: the call was aborted (abort -> finish" in out
