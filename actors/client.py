@@ -1,0 +1,447 @@
+"""A Python client of the llmrt websocket gateway (protocol ``llmrt.v1``).
+
+Remote calls have the shape of in-process ones::
+
+    async with open_gateway_client("ws://127.0.0.1:8765/", token=...) as client:
+        async with client.stream(options) as call:
+            async for chunk in call:   # the same typed llmrt chunks, one terminal Finish
+                ...
+        providers = await client.list_providers()
+
+The client owns a reader task that routes frames to a bounded channel per
+call. A call's consumer that falls behind fills its channel; the reader
+then waits, so a slow consumer slows down the calls of its own connection
+(the websocket is one TCP stream), never other clients. Failures end calls
+the way in-process failures do: an ``error`` frame about a call becomes an
+``error`` finish carrying the frame's code; a lost connection ends every
+open call with an ``error`` finish, code ``NETWORK``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
+
+from llmrt import (
+    DecodeError,
+    ErrorCode,
+    Finish,
+    FinishError,
+    GenerateOptions,
+    LlmError,
+    LlmFailure,
+    ModelInfo,
+    ProviderInfo,
+    ResolvedModelInfo,
+    StreamChunk,
+)
+
+from .gateway._protocol import (
+    JSON,
+    MSGPACK,
+    PROTOCOL,
+    AbortFrame,
+    CallFrame,
+    ChunkFrame,
+    ChunksFrame,
+    ClientFrame,
+    Codec,
+    ErrorFrame,
+    HelloFrame,
+    ListModelsFrame,
+    ListProvidersFrame,
+    PongFrame,
+    ResolveModelFrame,
+    ResultFrame,
+    ends_request,
+)
+
+__all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
+
+log = logging.getLogger("llmrt.client")
+
+#: The consumer yields to the scheduler at least once per this many buffered chunks.
+_YIELD_EVERY = 64
+#: Bound on sending the abort of a call whose consumer left early.
+_ABORT_TIMEOUT = 2.0
+
+
+def _error_finish(code: str, message: str) -> Finish:
+    return Finish(reason=FinishError(failure=LlmFailure(message=message, code=code)))
+
+
+def _network(message: str) -> LlmFailure:
+    return LlmFailure(message=message, code=ErrorCode.NETWORK)
+
+
+@attrs.define(eq=False)
+class RemoteCall:
+    """A call running in the gateway: ``async for chunk in call``; `abort` aborts it."""
+
+    id: str
+    _client: GatewayClient
+    _send: trio.MemorySendChannel[StreamChunk] = attrs.field(init=False)
+    _recv: trio.MemoryReceiveChannel[StreamChunk] = attrs.field(init=False)
+    #: The finish the consumer gets after the buffered chunks when the call
+    #: ended without a finish frame (error frame, lost connection).
+    _terminal: Finish | None = attrs.field(default=None, init=False)
+    _ended: bool = attrs.field(default=False, init=False)
+    _aborted: bool = attrs.field(default=False, init=False)
+    _since_yield: int = attrs.field(default=0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        size = self._client._call_buffer
+        self._send, self._recv = trio.open_memory_channel[StreamChunk](size)
+
+    def __aiter__(self) -> RemoteCall:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        """The next chunk; iteration ends after the terminal `Finish`.
+
+        A checkpoint when it waits, and at least once per 64 buffered chunks.
+        """
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            chunk = self._recv.receive_nowait()
+        except trio.WouldBlock:
+            try:
+                chunk = await self._recv.receive()
+            except trio.EndOfChannel:
+                chunk = self._lost()
+        except trio.EndOfChannel:
+            chunk = self._lost()
+        else:
+            self._since_yield += 1
+            if self._since_yield >= _YIELD_EVERY:
+                self._since_yield = 0
+                await trio.lowlevel.checkpoint()
+        if type(chunk) is Finish:
+            self._ended = True
+        return chunk
+
+    def _lost(self) -> Finish:
+        return self._terminal or _error_finish(ErrorCode.NETWORK, "the gateway connection closed")
+
+    def abort(self, reason: str | None = None) -> None:
+        """Ask the gateway to abort the call: it ends with one ``aborted`` finish.
+
+        Synchronous and idempotent; a no-op once the call has ended. ``reason``
+        stays local (the protocol's ``abort`` frame carries none).
+        """
+        if self._aborted or self._ended or self.id not in self._client._calls:
+            return
+        self._aborted = True
+        self._client._send_soon(AbortFrame(id=self.id))
+
+    # ---- the reader's side -------------------------------------------------------------------
+
+    async def _deliver(self, chunk: StreamChunk) -> bool:
+        """Hand a chunk to the consumer; False when the consumer is gone."""
+        try:
+            self._send.send_nowait(chunk)
+        except trio.WouldBlock:
+            try:
+                await self._send.send(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    def _end(self, terminal: Finish | None) -> None:
+        if terminal is not None and self._terminal is None:
+            self._terminal = terminal
+        self._send.close()
+
+
+@attrs.define(eq=False)
+class RemoteCallContext:
+    """``async with client.stream(options) as call``.
+
+    Entering sends the ``call`` frame; leaving before the finish sends
+    ``abort`` and drops whatever else arrives for the call.
+    """
+
+    _client: GatewayClient
+    _options: GenerateOptions
+    _call: RemoteCall | None = attrs.field(default=None, init=False)
+
+    async def __aenter__(self) -> RemoteCall:
+        client = self._client
+        call = RemoteCall(f"c{next(client._ids)}", client)
+        self._call = call
+        client._calls[call.id] = call
+        request = client._codec.raw(self._options)
+        try:
+            await client._send_frame(CallFrame(id=call.id, request=request))
+        except LlmError as exc:
+            # The call still ends with exactly one finish, as in-process calls do.
+            client._calls.pop(call.id, None)
+            call._end(Finish(reason=FinishError(failure=exc.failure)))
+        return call
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        call = self._call
+        assert call is not None
+        client = self._client
+        call._recv.close()
+        if client._calls.pop(call.id, None) is not None and not client._closed:
+            # When the connection is gone, the gateway cancels the call itself.
+            with trio.move_on_after(_ABORT_TIMEOUT, shield=True), suppress(LlmError):
+                await client._send_frame(AbortFrame(id=call.id))
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    """A metadata request waiting for its ``result`` or ``error`` frame."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    value: msgspec.Raw | None = None
+    failure: LlmFailure | None = None
+
+
+@attrs.define(eq=False)
+class GatewayClient:
+    """A connection to a gateway, made by `open_gateway_client`."""
+
+    _ws: WebSocketConnection
+    _codec: Codec
+    #: The server's ``hello`` frame: protocol, server version and limits.
+    hello: HelloFrame
+    _nursery: trio.Nursery
+    _call_buffer: int
+    _ids: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _calls: dict[str, RemoteCall] = attrs.field(factory=dict, init=False)
+    _waiters: dict[str, _Waiter] = attrs.field(factory=dict, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+    #: The websocket close code once the connection has closed (1001: the gateway shut down).
+    close_code: int | None = attrs.field(default=None, init=False)
+
+    def stream(self, options: GenerateOptions) -> RemoteCallContext:
+        """Stream one call through the gateway; see the module docstring."""
+        if not isinstance(options, GenerateOptions):
+            raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
+        return RemoteCallContext(self, options)
+
+    async def list_providers(self) -> tuple[ProviderInfo, ...]:
+        """The gateway runtime's providers. Raises `LlmError` (``NETWORK``, ...)."""
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, ListProvidersFrame(id=rid))
+        providers: tuple[ProviderInfo, ...] = self._decode(raw, tuple[ProviderInfo, ...])
+        return providers
+
+    async def list_models(self, provider: str) -> tuple[ModelInfo, ...]:
+        """The model catalog of ``provider``. Raises `LlmError` (``NO_ADAPTER``, ...)."""
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, ListModelsFrame(id=rid, provider=provider))
+        models: tuple[ModelInfo, ...] = self._decode(raw, tuple[ModelInfo, ...])
+        return models
+
+    async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
+        """Exact-model metadata. Raises `LlmError` (``NO_ADAPTER``, ``INVALID_MODEL_INFO``, ...)."""
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, ResolveModelFrame(id=rid, provider=provider, model=model))
+        info: ResolvedModelInfo = self._decode(raw, ResolvedModelInfo)
+        return info
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _decode(self, raw: msgspec.Raw, type: Any) -> Any:
+        try:
+            return self._codec.decode_value(raw, type)
+        except DecodeError as exc:
+            raise LlmError(ErrorCode.PROTOCOL, str(exc)) from None
+
+    async def _request(self, rid: str, frame: ClientFrame) -> msgspec.Raw:
+        waiter = _Waiter()
+        self._waiters[rid] = waiter
+        try:
+            await self._send_frame(frame)
+            await waiter.done.wait()
+        finally:
+            if self._waiters.pop(rid, None) is not None and not waiter.done.is_set():
+                self._send_soon(AbortFrame(id=rid))  # cancelled while waiting
+        if waiter.failure is not None:
+            raise LlmError.from_failure(waiter.failure)
+        assert waiter.value is not None
+        return waiter.value
+
+    async def _send_frame(self, frame: ClientFrame) -> None:
+        """Send one frame. Raises `LlmError` ``NETWORK`` when the connection is closed."""
+        if self._closed:
+            raise LlmError(ErrorCode.NETWORK, "the gateway connection is closed")
+        try:
+            await self._ws.send_message(self._codec.encode(frame))
+        except ConnectionClosed:
+            raise LlmError(ErrorCode.NETWORK, "the gateway connection is closed") from None
+
+    def _send_soon(self, frame: ClientFrame) -> None:
+        async def send() -> None:
+            # When the connection is gone, the gateway has cancelled the request.
+            with suppress(LlmError):
+                await self._send_frame(frame)
+
+        with suppress(RuntimeError):  # the client is closing
+            self._nursery.start_soon(send)
+
+    async def _read(self) -> None:
+        reason = "the gateway connection closed"
+        try:
+            while True:
+                try:
+                    data = await self._ws.get_message()
+                except ConnectionClosed as exc:
+                    if exc.reason is not None:
+                        self.close_code = exc.reason.code
+                        reason = f"the gateway connection closed (code {exc.reason.code})"
+                    return
+                try:
+                    frame = self._codec.decode_server(data)
+                except DecodeError as exc:
+                    # Unknown frame types are ignored (newer servers may add some).
+                    log.debug("ignoring a frame: %s", exc)
+                    continue
+                await self._route(frame)
+        finally:
+            self._closed = True
+            failure = _network(reason)
+            for call in self._calls.values():
+                call._end(Finish(reason=FinishError(failure=failure)))
+            self._calls.clear()
+            for waiter in self._waiters.values():
+                waiter.failure = failure
+                waiter.done.set()
+
+    async def _route(self, frame: Any) -> None:
+        cls = type(frame)
+        if cls is ChunkFrame or cls is ChunksFrame:
+            call = self._calls.get(frame.id)
+            if call is None:
+                return  # the consumer left; the abort is on its way
+            chunks = (frame.chunk,) if cls is ChunkFrame else frame.chunks
+            for chunk in chunks:
+                if not await call._deliver(chunk):
+                    break
+                if type(chunk) is Finish:
+                    self._calls.pop(call.id, None)
+                    call._end(None)
+                    break
+        elif cls is ResultFrame:
+            waiter = self._waiters.get(frame.id)
+            if waiter is not None:
+                waiter.value = frame.value
+                waiter.done.set()
+        elif cls is ErrorFrame:
+            self._on_error(frame)
+        elif cls is PongFrame or cls is HelloFrame:
+            pass
+
+    def _on_error(self, frame: ErrorFrame) -> None:
+        if frame.id is None or not ends_request(frame.code):
+            log.warning("gateway error %s: %s", frame.code, frame.message)
+            return
+        failure = LlmFailure(message=frame.message, code=frame.code)
+        call = self._calls.pop(frame.id, None)
+        if call is not None:
+            call._end(Finish(reason=FinishError(failure=failure)))
+        waiter = self._waiters.get(frame.id)
+        if waiter is not None:
+            waiter.failure = failure
+            waiter.done.set()
+
+
+def _translate_handshake(exc: BaseException) -> LlmError:
+    if isinstance(exc, ConnectionRejected):
+        status = exc.status_code
+        if status == 401:
+            return LlmError(ErrorCode.AUTH, "the gateway refused the token", status=status)
+        if status == 503:
+            return LlmError(
+                ErrorCode.OVERLOADED, "the gateway refused the connection", status=status
+            )
+        return LlmError(
+            ErrorCode.NETWORK, f"the gateway refused the handshake ({status})", status=status
+        )
+    return LlmError(ErrorCode.NETWORK, f"cannot connect to the gateway: {type(exc).__name__}")
+
+
+@asynccontextmanager
+async def open_gateway_client(
+    url: str,
+    *,
+    token: str | None = None,
+    msgpack: bool = False,
+    call_buffer: int = 256,
+    max_frame_bytes: int = 16 << 20,
+    connect_timeout: float = 10.0,
+) -> AsyncIterator[GatewayClient]:
+    """Connect to the gateway at ``url`` (``ws://host:port/``) and yield a `GatewayClient`.
+
+    ``token`` goes in an ``Authorization: Bearer`` header; ``msgpack`` selects
+    the ``llmrt.v1.msgpack`` subprotocol; ``call_buffer`` bounds the chunks
+    buffered per call. Leaving the block closes the websocket (the gateway then
+    cancels calls still running).
+
+    Raises `LlmError`: ``AUTH`` (token refused), ``OVERLOADED`` (the gateway
+    is full or shutting down), ``NETWORK`` (cannot connect, other refusals),
+    ``PROTOCOL`` (the server does not speak ``llmrt.v1``).
+    """
+    if call_buffer < 1:
+        raise ValueError(f"call_buffer must be a positive integer, got {call_buffer!r}")
+    codec = MSGPACK if msgpack else JSON
+    headers = [(b"Authorization", b"Bearer " + token.encode())] if token else []
+    async with AsyncExitStack() as stack:
+        try:
+            ws = await stack.enter_async_context(
+                open_websocket_url(
+                    url,
+                    subprotocols=[codec.subprotocol],
+                    extra_headers=headers,
+                    max_message_size=max_frame_bytes,
+                    connect_timeout=connect_timeout,
+                )
+            )
+        except (HandshakeError, OSError) as exc:
+            raise _translate_handshake(exc) from None
+        try:
+            with trio.fail_after(connect_timeout):
+                first = await ws.get_message()
+            hello = codec.decode_server(first)
+        except (ConnectionClosed, DecodeError, trio.TooSlowError) as exc:
+            raise LlmError(ErrorCode.PROTOCOL, f"no hello frame from the gateway: {exc}") from None
+        if not isinstance(hello, HelloFrame) or hello.protocol != PROTOCOL:
+            raise LlmError(ErrorCode.PROTOCOL, f"the server does not speak {PROTOCOL}")
+        try:
+            async with trio.open_nursery() as nursery:
+                client = GatewayClient(
+                    ws=ws, codec=codec, hello=hello, nursery=nursery, call_buffer=call_buffer
+                )
+                nursery.start_soon(client._read)
+                try:
+                    yield client
+                finally:
+                    client._closed = True
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Only the body can raise (the reader never does): give the caller
+            # its own exception, not a group around it.
+            if len(group.exceptions) == 1:
+                inner = group.exceptions[0]
+                raise inner from inner.__cause__
+            raise

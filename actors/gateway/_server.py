@@ -1,0 +1,248 @@
+"""`serve_gateway`: the websocket gateway's listener, handshake checks and shutdown.
+
+Task tree::
+
+    serve_gateway ─ nursery ─┬─ listener: trio-websocket's serve_websocket, stopped first
+                             └─ connections: a shielded nursery that outlives the listener,
+                                │            so that shutdown can give calls a grace period
+                                └─ one handler per websocket: handshake checks, then a
+                                   `Connection` actor
+
+Shutdown (cancelling `serve_gateway`, or `GatewayServer.aclose`) stops the
+listener, lets in-flight calls run for the grace period, aborts the rest
+(each client receives an ``aborted`` finish), closes every websocket with
+code 1001, and is bounded: whatever is still open after the grace period plus
+``close_timeout`` (plus a little) is cancelled.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from functools import partial
+
+import attrs
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    Endpoint,
+    WebSocketRequest,
+    WebSocketServer,
+    serve_websocket,
+)
+
+import llmrt
+
+from .._runtime import LlmRuntime
+from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
+from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
+
+__all__ = ["serve_gateway", "GatewayServer"]
+
+log = logging.getLogger("llmrt.gateway")
+
+#: Slack on top of grace + close_timeout before the shutdown cancels what is left.
+_SHUTDOWN_SLACK = 1.0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+@attrs.define(eq=False)
+class GatewayServer:
+    """A running gateway, as handed to ``task_status.started`` by `serve_gateway`."""
+
+    host: str
+    port: int
+    _state: GatewayState
+    _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    @property
+    def url(self) -> str:
+        """``ws://host:port/``: where clients connect."""
+        return f"ws://{_url_host(self.host)}:{self.port}/"
+
+    @property
+    def limits(self) -> Limits:
+        return self._state.limits
+
+    @property
+    def connection_count(self) -> int:
+        """Open websockets."""
+        return len(self._state.connections)
+
+    @property
+    def live_requests(self) -> int:
+        """Live calls and metadata requests over all connections."""
+        return self._state.live
+
+    async def aclose(self, *, grace: float | None = None) -> None:
+        """Shut the gateway down and return once `serve_gateway` has returned.
+
+        Stops accepting; in-flight calls get ``grace`` seconds (default
+        ``limits.shutdown_grace``) to end, then are aborted; every websocket is
+        closed with code 1001. Idempotent. A checkpoint.
+        """
+        state = self._state
+        if grace is not None and not state.stopping.is_set():
+            if not 0 <= grace < float("inf"):
+                raise ValueError(f"grace must be >= 0 and finite, got {grace!r}")
+            state.grace = grace
+        state.stopping.set()
+        await self._stopped.wait()
+
+
+async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
+    headers = [(b"WWW-Authenticate", b"Bearer")] if status == 401 else []
+    await request.reject(status, extra_headers=headers, body=body.encode())
+
+
+async def _handle(state: GatewayState, request: WebSocketRequest) -> None:
+    """One websocket. Its failures end it alone, never the gateway."""
+    try:
+        await _serve_one(state, request)
+    except ConnectionClosed:
+        pass  # the client left during the handshake
+    except Exception:
+        log.exception("a gateway connection failed")
+
+
+async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
+    """Admission, auth and subprotocol checks, then the websocket's `Connection`."""
+    limits = state.limits
+    if state.stopping.is_set():
+        await _reject(request, 503, "the gateway is shutting down")
+        return
+    if state.admitted >= limits.max_connections:
+        await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
+        return
+    state.admitted += 1
+    try:
+        offered_token, offered = split_subprotocols(request.proposed_subprotocols)
+        if state.token is not None:
+            presented = bearer_from_headers(request.headers) or offered_token
+            if not token_matches(state.token, presented):
+                # Neither the token nor how it failed is logged.
+                await _reject(request, 401, "a valid bearer token is required")
+                return
+        codec = codec_for(offered)
+        if codec is None:
+            await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
+            return
+        # The bearer subprotocol is never echoed: the answer names the encoding.
+        ws = await request.accept(subprotocol=codec.subprotocol if offered else None)
+        conn = Connection(state, ws, codec)
+        await conn.run()
+        if conn.close_code == HEARTBEAT_CLOSE:
+            with trio.move_on_after(limits.close_timeout):
+                await ws.aclose(HEARTBEAT_CLOSE, "heartbeat timeout")
+    finally:
+        state.admitted -= 1
+
+
+async def serve_gateway(
+    runtime: LlmRuntime,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    token: str | None = None,
+    limits: Limits | None = None,
+    task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
+
+    Calls ``task_status.started(server)`` once bound (``port=0`` picks a free
+    port; see `GatewayServer.port` / `GatewayServer.url`). Runs until
+    cancelled or until `GatewayServer.aclose`; either way it shuts down as
+    the module docstring says before it returns.
+
+    ``token``: when set, every client must present it (``Authorization:
+    Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
+
+    Raises `ValueError` before binding when ``host`` is not a loopback
+    address and no token is given, or when ``token`` is empty or holds
+    whitespace; `OSError` when binding fails.
+    """
+    limits = limits if limits is not None else Limits()
+    if token is not None and (not token or any(c.isspace() for c in token)):
+        raise ValueError("the gateway token must be non-empty and hold no whitespace")
+    if token is None and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to serve on the non-loopback host {host!r} without a token: "
+            "pass token=... (clients then authenticate with a bearer token)"
+        )
+    state = GatewayState(
+        runtime=runtime,
+        limits=limits,
+        version=llmrt.__version__,
+        token=token.encode() if token is not None else None,
+    )
+    conns_done = trio.Event()
+    listener = trio.CancelScope()
+
+    async def run_connections(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        # Shielded: cancelling serve_gateway must not cancel the connections
+        # before the shutdown below has given their calls the grace period.
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as conns:
+                task_status.started(conns)
+                await conns_done.wait()
+                conns.cancel_scope.cancel()
+
+    async def listen(conns: trio.Nursery, *, task_status: trio.TaskStatus[WebSocketServer]) -> None:
+        with listener:
+            await serve_websocket(
+                partial(_handle, state),
+                host,
+                port,
+                None,
+                handler_nursery=conns,
+                max_message_size=limits.hard_frame_bytes,
+                connect_timeout=limits.handshake_timeout,
+                disconnect_timeout=limits.close_timeout,
+                task_status=task_status,
+            )
+
+    server: GatewayServer | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                conns = await nursery.start(run_connections)
+                ws_server = await nursery.start(listen, conns)
+                # ``localhost`` may bind IPv4 and IPv6 (on different ports when
+                # ``port`` is 0): the first listener is the one advertised.
+                endpoint = ws_server.listeners[0]
+                bound_port = endpoint.port if isinstance(endpoint, Endpoint) else port
+                server = GatewayServer(host=host, port=bound_port, state=state)
+                log.info("llmrt gateway listening on %s", server.url)
+                task_status.started(server)
+                await state.stopping.wait()
+            finally:
+                with trio.CancelScope(shield=True):
+                    listener.cancel()
+                    state.stopping.set()
+                    if state.connections:
+                        bound = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
+                        with trio.move_on_after(bound):
+                            await state.all_gone.wait()
+                    conns_done.set()
+    except BaseExceptionGroup as group:
+        # Only the body raises (binding fails; the listener and connection
+        # tasks contain their failures): give the caller that exception.
+        if len(group.exceptions) == 1:
+            inner = group.exceptions[0]
+            raise inner from inner.__cause__
+        raise
+    finally:
+        if server is not None:
+            server._stopped.set()
