@@ -37,6 +37,7 @@ from trio_websocket import (
 )
 
 from llmrt import (
+    AttemptChunk,
     DecodeError,
     ErrorCode,
     Finish,
@@ -47,7 +48,8 @@ from llmrt import (
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
-    StreamChunk,
+    ResolvedRetryPolicy,
+    RetryScheduled,
 )
 
 from .gateway._protocol import (
@@ -67,6 +69,7 @@ from .gateway._protocol import (
     PongFrame,
     ResolveModelFrame,
     ResultFrame,
+    RetryFrame,
     ends_request,
 )
 
@@ -94,23 +97,27 @@ class RemoteCall:
 
     id: str
     _client: GatewayClient
-    _send: trio.MemorySendChannel[StreamChunk] = attrs.field(init=False)
-    _recv: trio.MemoryReceiveChannel[StreamChunk] = attrs.field(init=False)
+    #: True for `GatewayClient.stream_with_retry` calls: iteration yields `RetryEvent`s.
+    retrying: bool = False
+    _send: trio.MemorySendChannel[Any] = attrs.field(init=False)
+    _recv: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
     #: The finish the consumer gets after the buffered chunks when the call
     #: ended without a finish frame (error frame, lost connection).
     _terminal: Finish | None = attrs.field(default=None, init=False)
     _ended: bool = attrs.field(default=False, init=False)
     _aborted: bool = attrs.field(default=False, init=False)
     _since_yield: int = attrs.field(default=0, init=False)
+    #: The attempt of the latest chunk (retried calls).
+    _attempt: int = attrs.field(default=1, init=False)
 
     def __attrs_post_init__(self) -> None:
         size = self._client._call_buffer
-        self._send, self._recv = trio.open_memory_channel[StreamChunk](size)
+        self._send, self._recv = trio.open_memory_channel[Any](size)
 
     def __aiter__(self) -> RemoteCall:
         return self
 
-    async def __anext__(self) -> StreamChunk:
+    async def __anext__(self) -> Any:
         """The next chunk; iteration ends after the terminal `Finish`.
 
         A checkpoint when it waits, and at least once per 64 buffered chunks.
@@ -131,12 +138,13 @@ class RemoteCall:
             if self._since_yield >= _YIELD_EVERY:
                 self._since_yield = 0
                 await trio.lowlevel.checkpoint()
-        if type(chunk) is Finish:
+        if type(chunk) is Finish or (type(chunk) is AttemptChunk and type(chunk.chunk) is Finish):
             self._ended = True
         return chunk
 
-    def _lost(self) -> Finish:
-        return self._terminal or _error_finish(ErrorCode.NETWORK, "the gateway connection closed")
+    def _lost(self) -> Finish | AttemptChunk:
+        finish = self._terminal or _error_finish(ErrorCode.NETWORK, "the gateway connection closed")
+        return AttemptChunk(attempt=self._attempt, chunk=finish) if self.retrying else finish
 
     def abort(self, reason: str | None = None) -> None:
         """Ask the gateway to abort the call: it ends with one ``aborted`` finish.
@@ -151,7 +159,7 @@ class RemoteCall:
 
     # ---- the reader's side -------------------------------------------------------------------
 
-    async def _deliver(self, chunk: StreamChunk) -> bool:
+    async def _deliver(self, chunk: Any) -> bool:
         """Hand a chunk to the consumer; False when the consumer is gone."""
         try:
             self._send.send_nowait(chunk)
@@ -180,16 +188,17 @@ class RemoteCallContext:
 
     _client: GatewayClient
     _options: GenerateOptions
+    _retry: bool | ResolvedRetryPolicy | None = None
     _call: RemoteCall | None = attrs.field(default=None, init=False)
 
     async def __aenter__(self) -> RemoteCall:
         client = self._client
-        call = RemoteCall(f"c{next(client._ids)}", client)
+        call = RemoteCall(f"c{next(client._ids)}", client, retrying=self._retry is not None)
         self._call = call
         client._calls[call.id] = call
         request = client._codec.raw(self._options)
         try:
-            await client._send_frame(CallFrame(id=call.id, request=request))
+            await client._send_frame(CallFrame(id=call.id, request=request, retry=self._retry))
         except LlmError as exc:
             # The call still ends with exactly one finish, as in-process calls do.
             client._calls.pop(call.id, None)
@@ -238,6 +247,18 @@ class GatewayClient:
         if not isinstance(options, GenerateOptions):
             raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
         return RemoteCallContext(self, options)
+
+    def stream_with_retry(
+        self, options: GenerateOptions, *, policy: ResolvedRetryPolicy | None = None
+    ) -> RemoteCallContext:
+        """Stream a call the gateway retries (with ``policy``, else the route's).
+
+        Iteration yields `AttemptChunk` and `RetryScheduled` events, as
+        `LlmRuntime.stream_with_retry` does in-process.
+        """
+        if not isinstance(options, GenerateOptions):
+            raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
+        return RemoteCallContext(self, options, policy if policy is not None else True)
 
     async def list_providers(self) -> tuple[ProviderInfo, ...]:
         """The gateway runtime's providers. Raises `LlmError` (``NETWORK``, ...)."""
@@ -335,13 +356,23 @@ class GatewayClient:
             if call is None:
                 return  # the consumer left; the abort is on its way
             chunks = (frame.chunk,) if cls is ChunkFrame else frame.chunks
+            attempt = frame.attempt or 1
+            call._attempt = attempt
             for chunk in chunks:
-                if not await call._deliver(chunk):
+                item = AttemptChunk(attempt=attempt, chunk=chunk) if call.retrying else chunk
+                if not await call._deliver(item):
                     break
                 if type(chunk) is Finish:
                     self._calls.pop(call.id, None)
                     call._end(None)
                     break
+        elif cls is RetryFrame:
+            call = self._calls.get(frame.id)
+            if call is not None and call.retrying:
+                event = RetryScheduled(
+                    attempt=frame.attempt, failure=frame.failure, delay_ms=frame.delay_ms
+                )
+                await call._deliver(event)
         elif cls is ResultFrame:
             waiter = self._waiters.get(frame.id)
             if waiter is not None:

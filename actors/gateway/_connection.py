@@ -33,12 +33,15 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from llmrt import (
+    AttemptChunk,
     DecodeError,
     ErrorCode,
     GenerateOptions,
     LlmError,
     ModelInfo,
     ResolvedModelInfo,
+    ResolvedRetryPolicy,
+    RetryScheduled,
     StreamChunk,
 )
 
@@ -62,6 +65,7 @@ from ._protocol import (
     PongFrame,
     ResolveModelFrame,
     ResultFrame,
+    RetryFrame,
     ServerFrame,
     TokenBucket,
 )
@@ -111,7 +115,9 @@ class _Request:
     id: str
     controller: AbortController | None = None
     scope: trio.CancelScope | None = None
-    pending: list[StreamChunk] = attrs.field(factory=list)
+    pending: list[StreamChunk | RetryScheduled] = attrs.field(factory=list)
+    #: For a retried call, the attempt the next pending chunk belongs to; else None.
+    attempt: int | None = None
     #: True while this request's token is in the writer's queue.
     queued: bool = False
     #: Set when the writer takes ``pending``; a call task waits on it when the list is full.
@@ -123,7 +129,7 @@ class _Request:
         if self.scope is not None:
             self.scope.cancel()
 
-    def take(self) -> list[StreamChunk]:
+    def take(self) -> list[StreamChunk | RetryScheduled]:
         """The writer's side: take every pending chunk and make room."""
         chunks, self.pending = self.pending, []
         self.queued = False
@@ -136,6 +142,39 @@ class _Request:
 #: What the writer takes from a connection's queue: a frame, a request with
 #: pending chunks, or the request to close the websocket.
 Outbound = ServerFrame | _Request | CloseRequest
+
+
+def _frames(
+    request: _Request, items: list[StreamChunk | RetryScheduled]
+) -> list[ChunkFrame | ChunksFrame | RetryFrame]:
+    """The frames for a request's pending items: runs of chunks, and a ``retry``
+    frame at each attempt boundary of a retried call."""
+    frames: list[ChunkFrame | ChunksFrame | RetryFrame] = []
+    run: list[StreamChunk] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            frames.append(ChunkFrame(id=request.id, chunk=run[0], attempt=request.attempt))
+        elif run:
+            frames.append(ChunksFrame(id=request.id, chunks=tuple(run), attempt=request.attempt))
+        run.clear()
+
+    for item in items:
+        if type(item) is RetryScheduled:
+            flush()
+            frames.append(
+                RetryFrame(
+                    id=request.id,
+                    attempt=item.attempt,
+                    failure=item.failure,
+                    delay_ms=item.delay_ms,
+                )
+            )
+            request.attempt = item.attempt + 1
+        else:
+            run.append(item)  # type: ignore[arg-type]
+    flush()
+    return frames
 
 
 def _error(code: str, message: str, id: str | None = None) -> ErrorFrame:
@@ -296,8 +335,11 @@ class Connection:
             await self._reply(_error(ErrorCode.INVALID_REQUEST, str(exc), frame.id))
             return
         request = _Request(frame.id, controller=AbortController())
+        if frame.retry is not None and frame.retry is not False:
+            request.attempt = 1
         self._add(request)
-        self._spawn(self._run_call, request, options)
+        policy = frame.retry if not isinstance(frame.retry, bool) else None
+        self._spawn(self._run_call, request, options, policy)
 
     def _add(self, request: _Request) -> None:
         self._requests[request.id] = request
@@ -317,23 +359,36 @@ class Connection:
 
     # ---- request tasks -----------------------------------------------------------------------
 
-    async def _run_call(self, request: _Request, options: GenerateOptions) -> None:
+    async def _run_call(
+        self, request: _Request, options: GenerateOptions, policy: ResolvedRetryPolicy | None
+    ) -> None:
         assert request.controller is not None
         cid = request.id
         send = self._send
+        runtime = self.state.runtime
+        signal = request.controller.signal
+
+        async def forward(item: StreamChunk | RetryScheduled) -> None:
+            request.pending.append(item)
+            if not request.queued:
+                request.queued = True
+                try:
+                    send.send_nowait(request)
+                except trio.WouldBlock:
+                    await send.send(request)
+            elif len(request.pending) >= PENDING_CHUNKS:
+                request.space = trio.Event()
+                await request.space.wait()
+
         try:
-            async with self.state.runtime.stream(options, signal=request.controller.signal) as call:
-                async for chunk in call:
-                    request.pending.append(chunk)
-                    if not request.queued:
-                        request.queued = True
-                        try:
-                            send.send_nowait(request)
-                        except trio.WouldBlock:
-                            await send.send(request)
-                    elif len(request.pending) >= PENDING_CHUNKS:
-                        request.space = trio.Event()
-                        await request.space.wait()
+            if request.attempt is None:
+                async with runtime.stream(options, signal=signal) as call:
+                    async for chunk in call:
+                        await forward(chunk)
+            else:
+                async with runtime.stream_with_retry(options, policy=policy, signal=signal) as rc:
+                    async for event in rc:
+                        await forward(event.chunk if isinstance(event, AttemptChunk) else event)
         except Exception as exc:
             # A middleware failed: the runtime raised it from the iteration.
             log.warning("call %r failed in middleware: %s", cid, type(exc).__name__)
@@ -379,11 +434,7 @@ class Connection:
             while True:
                 item = await recv.receive()
                 if isinstance(item, _Request):
-                    chunks = item.take()
-                    if len(chunks) == 1:
-                        await ws.send_message(encode(ChunkFrame(id=item.id, chunk=chunks[0])))
-                    elif chunks:
-                        frame = ChunksFrame(id=item.id, chunks=tuple(chunks))
+                    for frame in _frames(item, item.take()):
                         await ws.send_message(encode(frame))
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code

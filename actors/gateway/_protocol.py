@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import attrs
 import msgspec
 
-from llmrt import DecodeError, GenerateOptions, StreamChunk
+from llmrt import DecodeError, GenerateOptions, LlmFailure, ResolvedRetryPolicy, StreamChunk
 
 __all__ = [
     "PROTOCOL",
@@ -42,6 +42,7 @@ __all__ = [
     "ResultFrame",
     "ErrorFrame",
     "PongFrame",
+    "RetryFrame",
     "ServerFrame",
     "CloseRequest",
     "Codec",
@@ -181,8 +182,9 @@ class CallFrame(_Frame, frozen=True, tag="call"):
 
     id: _Id
     request: msgspec.Raw
-    #: Reserved for retries; ignored by v1 servers.
-    retry: Any = None
+    #: Run the call over retried attempts: ``true`` with the serving route's
+    #: policy, or an explicit policy object (``{"mode": "normal", ...}``).
+    retry: bool | ResolvedRetryPolicy | None = None
 
 
 class AbortFrame(_Frame, frozen=True, tag="abort"):
@@ -233,6 +235,8 @@ class HelloFrame(_Frame, frozen=True, tag="hello"):
 class ChunkFrame(_Frame, frozen=True, tag="chunk"):
     id: str
     chunk: StreamChunk
+    #: The attempt this chunk belongs to (retried calls only).
+    attempt: int | None = None
 
 
 class ChunksFrame(_Frame, frozen=True, tag="chunks"):
@@ -240,6 +244,8 @@ class ChunksFrame(_Frame, frozen=True, tag="chunks"):
 
     id: str
     chunks: tuple[StreamChunk, ...]
+    #: The attempt these chunks belong to (retried calls only).
+    attempt: int | None = None
 
 
 class ResultFrame(_Frame, frozen=True, tag="result"):
@@ -257,7 +263,19 @@ class PongFrame(_Frame, frozen=True, tag="pong"):
     id: str | None = None
 
 
-ServerFrame = HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame
+class RetryFrame(_Frame, frozen=True, tag="retry"):
+    """Attempt ``attempt`` of a retried call failed with ``failure``; attempt
+    ``attempt + 1`` starts after ``delayMs``. What that attempt streamed is void."""
+
+    id: str
+    attempt: int
+    failure: LlmFailure
+    delay_ms: float
+
+
+ServerFrame = (
+    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+)
 
 
 @attrs.frozen
