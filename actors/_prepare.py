@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from llmrt import (
@@ -66,18 +68,31 @@ async def validated_model_info(adapter: Adapter, provider: str, model: str) -> R
 
 
 async def validated_model_list(adapter: Adapter, provider: str) -> tuple[ModelInfo, ...]:
-    """The adapter's advisory catalog for ``provider``, validated and detached."""
-    models = await adapter.list_models(provider)
-    if isinstance(models, str | bytes) or not all(isinstance(m, ModelInfo) for m in models):
+    """The adapter's advisory catalog for ``provider``, validated and detached.
+
+    Raises `LlmError` ``INVALID_MODEL_INFO`` when the answer is not a sequence
+    of `ModelInfo` or lists a model under another provider.
+    """
+    answer = await adapter.list_models(provider)
+    # Materialized once: a generator must not be consumed by the check below.
+    models = None if isinstance(answer, str | bytes) else _as_tuple(answer)
+    if models is None or not all(isinstance(m, ModelInfo) for m in models):
         raise _invalid(provider, "list_models() must return a sequence of ModelInfo")
     try:
-        detached = _list_decoder.decode(msgspec.json.encode(tuple(models)))
+        detached = _list_decoder.decode(msgspec.json.encode(models))
     except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
         raise _invalid(provider, f"list_models() returned invalid metadata: {exc}") from None
     for model in detached:
         if model.provider != provider:
             raise _invalid(provider, f"list_models() listed {model.id!r} under {model.provider!r}")
     return detached
+
+
+def _as_tuple(value: Iterable[object]) -> tuple[object, ...] | None:
+    try:
+        return tuple(value)
+    except TypeError:  # not iterable: the adapter broke its contract
+        return None
 
 
 def resolve_config(

@@ -23,9 +23,11 @@ import trio
 
 from llmrt import (
     Adapter,
+    AlwaysRetryPolicy,
     ConfigurableProvider,
     ErrorCode,
     LlmError,
+    NormalRetryPolicy,
     ProviderInfo,
     ResolvedRetryPolicy,
     default_retry_policy,
@@ -67,7 +69,10 @@ class Registry:
     )
     _offers: dict[str, object] = attrs.field(factory=dict, init=False)
     _discover: dict[str, Discover] = attrs.field(factory=dict, init=False)
-    _subscribers: set[trio.MemorySendChannel[None]] = attrs.field(factory=set, init=False)
+    #: Subscriber receive end -> the send end the registry notifies through.
+    _subscribers: dict[trio.MemoryReceiveChannel[None], trio.MemorySendChannel[None]] = attrs.field(
+        factory=dict, init=False
+    )
     _ids: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _mailbox: trio.MemorySendChannel[_Message] = attrs.field(init=False)
@@ -107,6 +112,10 @@ class Registry:
                     registration.drain(0)
                 self._registrations.clear()
                 self._publish(routes={})
+                # Nothing will change any more: end every subscriber's ``async for``.
+                for send in self._subscribers.values():
+                    send.close()
+                self._subscribers.clear()
 
     async def _call(self, apply: Callable[[], T]) -> T:
         send, recv = trio.open_memory_channel[outcome.Outcome[Any]](1)
@@ -130,18 +139,30 @@ class Registry:
     # ---- subscriptions -------------------------------------------------------------------
 
     def subscribe(self) -> trio.MemoryReceiveChannel[None]:
+        """A new subscription: one pending wake-up at most (buffer of one)."""
         send, recv = trio.open_memory_channel[None](1)
-        self._subscribers.add(send)
+        self._subscribers[recv] = send
         return recv
 
+    def unsubscribe(self, recv: trio.MemoryReceiveChannel[None]) -> None:
+        """Forget a subscription (idempotent); its receive end sees end-of-channel."""
+        send = self._subscribers.pop(recv, None)
+        if send is not None:
+            send.close()
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
     def _notify(self) -> None:
-        for send in list(self._subscribers):
+        for recv, send in list(self._subscribers.items()):
             try:
                 send.send_nowait(None)
             except trio.WouldBlock:
                 pass  # a notification is already pending: payload-free, so coalesced
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._subscribers.discard(send)
+                # The subscriber closed its end without leaving the subscription.
+                self._subscribers.pop(recv, None)
 
     def _publish(self, *, routes: dict[str, Route] | None = None) -> None:
         old = self.topology
@@ -371,6 +392,12 @@ def _retry_policy(adapter: Adapter, provider: str) -> ResolvedRetryPolicy:
         ) from exc
     if policy is None:
         return default_retry_policy()
+    if not isinstance(policy, NormalRetryPolicy | AlwaysRetryPolicy):
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER,
+            f"provider {provider!r}: provider_retry_policy() must return a NormalRetryPolicy, "
+            f"an AlwaysRetryPolicy or None, not {type(policy).__name__}",
+        )
     try:
         # A round trip validates the constraints a constructor does not check, and
         # detaches the value from anything the adapter holds.
@@ -405,7 +432,14 @@ class RegistrationHandle:
 
         Running calls get ``drain_timeout`` seconds (the runtime's default when
         None), then are aborted. Returns when the adapter is closed. Idempotent.
+        Raises `ValueError` (and changes nothing) for a negative or NaN timeout.
         """
+        if drain_timeout is not None and (
+            not isinstance(drain_timeout, int | float) or not drain_timeout >= 0
+        ):
+            # Checked here: the registration actor would otherwise fail on it and
+            # take the whole runtime down.
+            raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
         await self._registry.dispose(self._registration, drain_timeout)
 
 

@@ -304,6 +304,13 @@ class LlmRuntime:
                 ErrorCode.NO_ADAPTER, f"no model discovery is registered for {settings_ns!r}"
             )
         found = await discover(request)
+        if not isinstance(found, Sequence) or not all(
+            isinstance(model, DiscoveredModel) for model in found
+        ):
+            raise LlmError(
+                ErrorCode.INVALID_MODEL_INFO,
+                f"discovery for {settings_ns!r} must return a sequence of DiscoveredModel",
+            )
         try:
             models = _discovered_decoder.decode(msgspec.json.encode(tuple(found)))
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import attrs
-import msgspec
 
 __all__ = ["RuntimeStatistics", "StatsCounters"]
 
 
-class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """A snapshot of `LlmRuntime.statistics()`."""
+@attrs.frozen(kw_only=True)
+class RuntimeStatistics:
+    """A snapshot of `LlmRuntime.statistics()`; immutable, mappings included."""
 
     calls_started: int
     calls_in_flight: int
     #: Finished calls by terminal finish kind (``stop``, ``tool-calls``, ``max-tokens``,
     #: ``aborted``, ``error``) plus ``consumer-left`` for calls whose consumer left
     #: before the terminal chunk was delivered.
-    calls_finished: dict[str, int]
+    calls_finished: Mapping[str, int]
     #: ``error`` and ``aborted`` finishes by failure code.
-    failures_by_code: dict[str, int]
+    failures_by_code: Mapping[str, int]
     chunks_forwarded: int
     #: Chunks an adapter sent after its terminal ``finish`` (never forwarded).
     chunks_dropped: int
@@ -28,9 +30,9 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel
     middleware_errors: int
     registrations: int
     #: Retries scheduled by `stream_with_retry`, by the failure code that caused them.
-    retries_by_code: dict[str, int]
+    retries_by_code: Mapping[str, int]
     #: Calls run by `stream_with_retry`, by how many attempts they took.
-    attempts_per_call: dict[int, int]
+    attempts_per_call: Mapping[int, int]
 
 
 @attrs.define(eq=False)
@@ -49,12 +51,12 @@ class StatsCounters:
         return RuntimeStatistics(
             calls_started=self.calls_started,
             calls_in_flight=self.calls_in_flight,
-            calls_finished=dict(self.finished),
-            failures_by_code=dict(self.failures),
+            calls_finished=MappingProxyType(dict(self.finished)),
+            failures_by_code=MappingProxyType(dict(self.failures)),
             chunks_forwarded=self.chunks_forwarded,
             chunks_dropped=self.chunks_dropped,
             middleware_errors=self.middleware_errors,
             registrations=registrations,
-            retries_by_code=dict(self.retries),
-            attempts_per_call=dict(self.attempts),
+            retries_by_code=MappingProxyType(dict(self.retries)),
+            attempts_per_call=MappingProxyType(dict(self.attempts)),
         )
