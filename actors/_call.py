@@ -93,6 +93,12 @@ def _error(code: str, message: str) -> Finish:
     return Finish(reason=FinishError(failure=LlmFailure(message=message, code=code)))
 
 
+def _not_a_chunk(cls: type) -> Finish:
+    return _error(
+        ErrorCode.PROTOCOL, f"the adapter yielded {cls.__name__}, which is not a StreamChunk"
+    )
+
+
 @attrs.frozen
 class PreparedTarget:
     """What a prepared call fixed in advance: the registration and the resolved config."""
@@ -221,11 +227,78 @@ class Call:
     # ---- the call task -------------------------------------------------------------------
 
     async def run(self) -> None:
+        """The call task: adapter work under `_scope`, then delivery of the terminal item.
+
+        One coroutine on purpose: a parked call holds one frame here, not two.
+        """
         core = self._core
         box = self._box
         delivered: Finish | None = None
         try:
-            item = await self._produce()
+            if self._cause is not None:  # aborted before it started: no lookup, no I/O
+                item: Finish | _Raise = self._cause
+            else:
+                clock = trio.lowlevel.current_clock().current_time
+                put_nowait = box.put_nowait
+                direct = not core.middlewares
+                finish: Finish | None = None
+                failure: LlmFailure | None = None
+                raised: BaseException | None = None
+                source: AsyncIterator[StreamChunk] | None = None
+                forwarded = 0
+                dropped = 0
+                saw_block = False
+                self.watch_last = clock()
+                core.watchdog.watch(self)
+                with self._scope:
+                    try:
+                        if direct:
+                            selected = await self._select(self.options)
+                            if type(selected) is Finish:
+                                finish = selected
+                            else:
+                                adapter, options = selected  # type: ignore[misc]
+                                source = adapter.stream(options)
+                        else:
+                            source = self._chain()(self.options)
+                        if source is not None:
+                            async for chunk in source:
+                                self.watch_last = clock()
+                                if self._cause is not None:
+                                    break
+                                cls = type(chunk)
+                                if cls is Finish:
+                                    finish = chunk  # type: ignore[assignment]
+                                    break
+                                if cls in _CONTENT:
+                                    saw_block = True
+                                elif cls is not UsageChunk:
+                                    finish = _not_a_chunk(cls)
+                                    break
+                                forwarded += 1
+                                if not put_nowait(chunk):
+                                    self.watch_paused = True
+                                    try:
+                                        await box.put(chunk)
+                                    finally:
+                                        self.watch_paused = False
+                                        self.watch_last = clock()
+                    except Exception as exc:
+                        if direct:
+                            failure = failure_of(exc)
+                        else:
+                            raised = exc
+                    finally:
+                        if source is not None:
+                            if finish is not None and self._cause is None:
+                                dropped = await self._drain(source)
+                            await _aclose(source)
+                        if self._inner is not None:
+                            # A middleware that stopped iterating ``next`` without closing it.
+                            await _aclose(self._inner)
+                        self._release()
+                core.count_chunks(forwarded, dropped)
+                item = self._outcome(finish, failure, raised, saw_block)
             if not box.put_nowait(item):
                 await box.put(item)
             if type(item) is Finish:
@@ -239,79 +312,18 @@ class Call:
             if self._done is not None:
                 self._done.set()
 
-    async def _produce(self) -> Finish | _Raise:
-        core = self._core
-        clock = trio.lowlevel.current_clock().current_time
-        box = self._box
-        put_nowait = box.put_nowait
-        direct = not core.middlewares
-        finish: Finish | None = None
-        failure: LlmFailure | None = None
-        raised: BaseException | None = None
-        source: AsyncIterator[StreamChunk] | None = None
-        forwarded = 0
-        dropped = 0
-        saw_block = False
-        if self._cause is not None:  # aborted before it started: no lookup, no I/O
-            return self._cause
-        self.watch_last = clock()
-        core.watchdog.watch(self)
-        with self._scope:
-            try:
-                if direct:
-                    selected = await self._select(self.options)
-                    if type(selected) is Finish:
-                        finish = selected
-                    else:
-                        adapter, options = selected  # type: ignore[misc]
-                        source = adapter.stream(options)
-                else:
-                    source = self._chain()(self.options)
-                if source is not None:
-                    async for chunk in source:
-                        self.watch_last = clock()
-                        if self._cause is not None:
-                            break
-                        cls = type(chunk)
-                        if cls is Finish:
-                            finish = chunk  # type: ignore[assignment]
-                            break
-                        if cls in _CONTENT:
-                            saw_block = True
-                        elif cls is not UsageChunk:
-                            finish = _error(
-                                ErrorCode.PROTOCOL,
-                                f"the adapter yielded {cls.__name__}, which is not a StreamChunk",
-                            )
-                            break
-                        forwarded += 1
-                        if not put_nowait(chunk):
-                            self.watch_paused = True
-                            try:
-                                await box.put(chunk)
-                            finally:
-                                self.watch_paused = False
-                                self.watch_last = clock()
-            except Exception as exc:
-                if direct:
-                    failure = failure_of(exc)
-                else:
-                    raised = exc
-            finally:
-                if source is not None:
-                    if finish is not None and self._cause is None:
-                        dropped = await self._drain(source)
-                    await _aclose(source)
-                if self._inner is not None:
-                    # A middleware that stopped iterating ``next`` without closing it.
-                    await _aclose(self._inner)
-                self._release()
-        core.count_chunks(forwarded, dropped)
-
+    def _outcome(
+        self,
+        finish: Finish | None,
+        failure: LlmFailure | None,
+        raised: BaseException | None,
+        saw_block: bool,
+    ) -> Finish | _Raise:
+        """The one terminal item: the first cause, a middleware error, or the corrected finish."""
         if self._cause is not None and finish is None:
             return self._cause
         if raised is not None:
-            core.stats.middleware_errors += 1
+            self._core.stats.middleware_errors += 1
             return _Raise(raised)
         if finish is None:
             if failure is not None:

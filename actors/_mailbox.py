@@ -11,7 +11,6 @@ not parked is a deque operation; blocking uses trio's low-level parking
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import outcome
@@ -23,12 +22,14 @@ _Task = trio.lowlevel.Task
 
 
 class Mailbox:
-    __slots__ = ("_capacity", "_closed", "_getter", "_gone", "_items", "_putter")
+    __slots__ = ("_capacity", "_closed", "_getter", "_gone", "_head", "_items", "_putter")
 
     def __init__(self, capacity: int) -> None:
-        # Created on first need: when the consumer keeps up, every item is handed
-        # straight to it and no buffer is ever allocated (an empty deque is 600 B).
-        self._items: deque[Any] | None = None
+        # A list read from ``_head`` and reset once drained: O(1) both ways and far
+        # smaller than a deque (600 B empty). Made on first need: while the
+        # consumer keeps up, items are handed straight to it.
+        self._items: list[Any] | None = None
+        self._head = 0
         self._capacity = capacity
         self._getter: _Task | None = None
         self._putter: _Task | None = None
@@ -48,8 +49,8 @@ class Mailbox:
             return True
         items = self._items
         if items is None:
-            items = self._items = deque()
-        if len(items) >= self._capacity or self._gone:
+            items = self._items = []
+        if len(items) - self._head >= self._capacity or self._gone:
             return False
         items.append(item)
         return True
@@ -79,7 +80,12 @@ class Mailbox:
 
     def take(self) -> Any:
         """Pop the oldest item; the caller checks `ready` first. Wakes a parked producer."""
-        item = self._items.popleft()  # type: ignore[union-attr]
+        items: list[Any] = self._items  # type: ignore[assignment]
+        item = items[self._head]
+        self._head += 1
+        if self._head == len(items):
+            items.clear()
+            self._head = 0
         putter = self._putter
         if putter is not None:
             self._putter = None
@@ -88,7 +94,7 @@ class Mailbox:
 
     @property
     def ready(self) -> bool:
-        return bool(self._items)
+        return bool(self._items)  # drained lists are cleared: non-empty means ready
 
     async def get(self) -> Any:
         """Wait for the next item. Raises `trio.EndOfChannel` once closed and drained.
@@ -110,6 +116,7 @@ class Mailbox:
         """The consumer is gone: drop what is buffered and wake a parked producer."""
         self._gone = True
         self._items = None
+        self._head = 0
         putter = self._putter
         if putter is not None:
             self._putter = None

@@ -11,7 +11,7 @@ as fast as the runtime takes it). ``max_tokens`` truncates the answer with a
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import attrs
 import trio
@@ -67,10 +67,19 @@ def _prompt(options: GenerateOptions) -> str:
     return ""
 
 
-def _words(text: str) -> list[str]:
-    """Split into word tokens that join back to ``text`` (each keeps its leading space)."""
-    parts = text.split(" ")
-    return [parts[0]] + [" " + p for p in parts[1:]] if parts else []
+def _words(text: str) -> Iterator[str]:
+    """Word tokens that join back to ``text`` (each but the first keeps its leading space).
+
+    Lazy, so an in-flight call holds its text, not a list of its tokens.
+    """
+    start = 0
+    while True:
+        end = text.find(" ", start + 1)
+        if end < 0:
+            yield text[start:]
+            return
+        yield text[start:end]
+        start = end
 
 
 @attrs.define(eq=False)
@@ -115,18 +124,14 @@ class DemoAdapter(Adapter):
         index = 0
         truncated = False
 
-        async def pace() -> None:
-            if delay:
-                await trio.sleep(delay)
-
-        reasoning_words = _words(thought)
         yield BlockStart(index=index, block_type="reasoning")
         sent: list[str] = []
-        for word in reasoning_words:
+        for word in _words(thought):
             if spent >= budget:
                 truncated = True
                 break
-            await pace()
+            if delay:
+                await trio.sleep(delay)
             spent += 1
             sent.append(word)
             yield ReasoningDelta(index=index, text=word)
@@ -141,7 +146,8 @@ class DemoAdapter(Adapter):
                 if spent >= budget:
                     truncated = True
                     break
-                await pace()
+                if delay:
+                    await trio.sleep(delay)
                 spent += 1
                 sent.append(word)
                 yield TextDelta(index=index, text=word)
@@ -156,7 +162,8 @@ class DemoAdapter(Adapter):
             fragments = [arguments[i : i + 8] for i in range(0, len(arguments), 8)]
             yield BlockStart(index=index, block_type="tool-call")
             for n, fragment in enumerate(fragments):
-                await pace()
+                if delay:
+                    await trio.sleep(delay)
                 spent += 1
                 yield ToolCallDelta(
                     index=index,
