@@ -175,9 +175,13 @@ class Call:
             if self._since_yield >= _YIELD_EVERY:
                 self._since_yield = 0
                 await trio.lowlevel.checkpoint()
+        elif box.closed:
+            await trio.lowlevel.checkpoint()
+            item = self._lost()
         else:
+            box.park_getter()
             try:
-                item = await box.get()
+                item = await trio.lowlevel.wait_task_rescheduled(box.abort_get)
             except trio.EndOfChannel:
                 item = self._lost()
         cls = type(item)

@@ -96,19 +96,21 @@ class Mailbox:
     def ready(self) -> bool:
         return bool(self._items)  # drained lists are cleared: non-empty means ready
 
-    async def get(self) -> Any:
-        """Wait for the next item. Raises `trio.EndOfChannel` once closed and drained.
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-        Call it only when `ready` is False: the producer hands its next item
-        straight to the parked consumer.
+    def park_getter(self) -> None:
+        """Register the current task as the parked consumer; it must then
+        ``await trio.lowlevel.wait_task_rescheduled(box.abort_get)``, which
+        returns the next item or raises `trio.EndOfChannel`.
+
+        The consumer parks in its own frame (no ``get`` frame per waiting call);
+        call it only when `ready` and `closed` are False.
         """
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            raise trio.EndOfChannel
         self._getter = trio.lowlevel.current_task()
-        return await trio.lowlevel.wait_task_rescheduled(self._abort_get)
 
-    def _abort_get(self, _: object) -> trio.lowlevel.Abort:
+    def abort_get(self, _: object) -> trio.lowlevel.Abort:
         self._getter = None
         return trio.lowlevel.Abort.SUCCEEDED
 
