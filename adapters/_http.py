@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import cast
+from contextlib import aclosing, asynccontextmanager
+from typing import Protocol, cast
 
 import httpx
 import trio
 
-from llmrt import ErrorCode, LlmError, attribution_headers
+from llmrt import ErrorCode, LlmError, StreamChunk, attribution_headers
 
 from ._classify import classify_http_error
 
@@ -29,6 +29,8 @@ __all__ = [
     "open_event_stream",
     "finish_body",
     "body_reads",
+    "EventFeed",
+    "stream_events",
 ]
 
 #: Explicit bounds on every phase. Reads may be slow (a long prompt before the
@@ -178,3 +180,52 @@ async def finish_body(reads: AsyncIterator[bytes]) -> None:
 def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     """The response body's reads, as the async generator httpx makes (for ``aclosing``)."""
     return cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+
+
+class EventFeed(Protocol):
+    """A provider's body decoding: network reads in, chunks out (SSE parser + wire decoder)."""
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        """The chunks of one read; stops at the provider's end-of-stream marker."""
+
+    @property
+    def finished(self) -> bool:
+        """True once the end-of-stream marker (or a terminal error) was decoded."""
+
+    def end(self) -> list[StreamChunk]:
+        """The chunks owed when the body ended before the marker (an error finish)."""
+
+
+async def stream_events(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    provider_kind: str,
+    events: EventFeed,
+) -> AsyncIterator[StreamChunk]:
+    """POST ``body`` and stream the chunks ``events`` decodes from the response.
+
+    The read that completes the stream is held until the rest of the body is
+    read (`finish_body`), so the connection goes back to the pool. Raises
+    `LlmError` as `open_event_stream` does, and for transport errors mid-body.
+    """
+    async with open_event_stream(
+        client, path, body=body, headers=headers, provider_kind=provider_kind
+    ) as response:
+        try:
+            async with aclosing(body_reads(response)) as reads:
+                async for raw in reads:
+                    chunks = events.feed(raw)
+                    if events.finished:
+                        await finish_body(reads)
+                        for chunk in chunks:
+                            yield chunk
+                        return
+                    for chunk in chunks:
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise translate_http_error(exc) from None
+    for chunk in events.end():
+        yield chunk

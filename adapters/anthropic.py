@@ -11,7 +11,6 @@ on with a matching token budget. One instance holds one
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
 
 import attrs
 import httpx
@@ -32,11 +31,9 @@ from llmrt import (
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._classify import classify_http_error
 from ._http import (
-    body_reads,
-    finish_body,
     make_client,
-    open_event_stream,
     read_api_key,
+    stream_events,
     translate_http_error,
 )
 from ._sse import SSEParser
@@ -75,6 +72,31 @@ ANTHROPIC_MODELS = (
         efforts=_EFFORTS,
     ),
 )
+
+
+class _AnthropicEvents:
+    """Named SSE events in, chunks out; ``message_stop`` ends the stream."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self._decoder = AnthropicStreamDecoder()
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        decoder = self._decoder
+        for event in self._parser.feed(data):
+            out += decoder.push(event.event, event.data)
+            if decoder.finished:
+                break
+        return out
+
+    @property
+    def finished(self) -> bool:
+        return self._decoder.finished
+
+    def end(self) -> list[StreamChunk]:
+        self._parser.close()
+        return self._decoder.end()
 
 
 class _ModelList(msgspec.Struct):
@@ -131,7 +153,7 @@ class AnthropicAdapter(Adapter):
             "accept": accept,
         }
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         headers = self._headers("text/event-stream")  # credentials before any I/O
         spec = self._table.get(options.model) or ModelSpec(id=options.model)
         budget = THINKING_BUDGETS.get(options.reasoning_effort or "")
@@ -141,36 +163,14 @@ class AnthropicAdapter(Adapter):
             default_max_tokens=spec.default_max_tokens or self.default_max_tokens,
             thinking_budget_tokens=budget,
         )
-        decoder = AnthropicStreamDecoder()
-        parser = SSEParser()
-        final: list[StreamChunk] | None = None
-        async with open_event_stream(
+        return stream_events(
             self._client,
             "/v1/messages",
             body=msgspec.json.encode(body),
             headers=headers,
             provider_kind="anthropic",
-        ) as response:
-            try:
-                async with aclosing(body_reads(response)) as reads:
-                    async for raw in reads:
-                        for event in parser.feed(raw):
-                            chunks = decoder.push(event.event, event.data)
-                            if decoder.finished:
-                                final = chunks
-                                break
-                            for chunk in chunks:
-                                yield chunk
-                        if final is not None:
-                            await finish_body(reads)
-                            break
-            except httpx.HTTPError as exc:
-                raise translate_http_error(exc) from None
-        if final is None:
-            parser.close()
-            final = decoder.end()
-        for chunk in final:
-            yield chunk
+            events=_AnthropicEvents(),
+        )
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)

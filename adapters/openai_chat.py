@@ -16,7 +16,6 @@ for its endpoint; `aclose` closes it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
 
 import attrs
 import httpx
@@ -39,11 +38,9 @@ from llmrt import (
 
 from ._classify import classify_http_error
 from ._http import (
-    body_reads,
-    finish_body,
     make_client,
-    open_event_stream,
     read_api_key,
+    stream_events,
     translate_http_error,
 )
 from ._openai_wire import OpenAIStreamDecoder, build_openai_body
@@ -161,6 +158,31 @@ PRESETS: Mapping[str, Preset] = {
 }
 
 
+class _OpenAIEvents:
+    """``data:`` payloads in, chunks out; `data: [DONE]` ends the stream."""
+
+    def __init__(self, kind: str) -> None:
+        self._parser = SSEParser()
+        self._decoder = OpenAIStreamDecoder(provider_kind=kind)
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        decoder = self._decoder
+        for payload in self._parser.feed_data(data):
+            out += decoder.push(payload)
+            if decoder.finished:
+                break
+        return out
+
+    @property
+    def finished(self) -> bool:
+        return self._decoder.finished
+
+    def end(self) -> list[StreamChunk]:
+        self._parser.close()
+        return self._decoder.end()
+
+
 class _ModelList(msgspec.Struct):
     class Entry(msgspec.Struct):
         id: str
@@ -219,7 +241,7 @@ class OpenAIChatAdapter(Adapter):
             headers["Authorization"] = f"Bearer {read_api_key(self.api_key_env, self.environ)}"
         return headers
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         headers = self._headers()  # credentials are checked before any I/O
         spec = self._table.get(options.model) or ModelSpec(id=options.model)
         body = build_openai_body(
@@ -228,36 +250,14 @@ class OpenAIChatAdapter(Adapter):
             image_input=spec.image_input,
             max_tokens_field=spec.max_tokens_field,
         )
-        decoder = OpenAIStreamDecoder(provider_kind=self._preset.kind)
-        parser = SSEParser()
-        final: list[StreamChunk] | None = None
-        async with open_event_stream(
+        return stream_events(
             self._client,
             "/chat/completions",
             body=msgspec.json.encode(body),
             headers=headers,
             provider_kind=self._preset.kind,
-        ) as response:
-            try:
-                async with aclosing(body_reads(response)) as reads:
-                    async for raw in reads:
-                        for data in parser.feed_data(raw):
-                            chunks = decoder.push(data)
-                            if decoder.finished:
-                                final = chunks
-                                break
-                            for chunk in chunks:
-                                yield chunk
-                        if final is not None:
-                            await finish_body(reads)
-                            break
-            except httpx.HTTPError as exc:
-                raise translate_http_error(exc) from None
-        if final is None:
-            parser.close()
-            final = decoder.end()
-        for chunk in final:
-            yield chunk
+            events=_OpenAIEvents(self._preset.kind),
+        )
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name or self._preset.display_name)
