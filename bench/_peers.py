@@ -318,3 +318,47 @@ PEERS: dict[str, Peer] = {
         Peer("litellm", "asyncio", ("litellm",), _litellm_open, _litellm_stream),
     )
 }
+
+
+# ---- llmrt with an explicit transport (TrioTransport vs httpcore) ------------------------------
+# Two more contenders, kept apart from the table above: ``llmrt-trio-transport`` runs the
+# adapter on `llmrt.adapters._transport.TrioTransport` (HTTP/1.1 over trio sockets, O(1)
+# pool); ``llmrt-httpcore`` pins httpx's default transport (httpcore), whatever the
+# adapter's default becomes. Both use the adapter's default limits and timeouts.
+
+
+def _llmrt_with_transport(kind: str) -> OpenFn:
+    @asynccontextmanager
+    async def open_(base_url: str) -> AsyncIterator[Any]:
+        import httpx
+
+        import llmrt
+        from llmrt.adapters._http import DEFAULT_LIMITS
+        from llmrt.adapters._transport import TrioTransport
+        from llmrt.adapters.openai_chat import OpenAIChatAdapter
+
+        transport: httpx.AsyncBaseTransport = (
+            TrioTransport(limits=DEFAULT_LIMITS)
+            if kind == "trio"
+            else httpx.AsyncHTTPTransport(limits=DEFAULT_LIMITS)
+        )
+        adapter = OpenAIChatAdapter(
+            preset="openai-compatible",
+            base_url=base_url + "/v1",
+            api_key_env="BENCH_KEY",
+            environ={"BENCH_KEY": API_KEY},
+            transport=transport,
+        )
+        async with llmrt.open_runtime() as rt:
+            await rt.register_adapter(["bench"], adapter)
+            yield rt
+
+    return open_
+
+
+PEERS["llmrt-trio-transport"] = Peer(
+    "llmrt-trio-transport", "trio", (), _llmrt_with_transport("trio"), _llmrt_stream
+)
+PEERS["llmrt-httpcore"] = Peer(
+    "llmrt-httpcore", "trio", ("httpx",), _llmrt_with_transport("httpcore"), _llmrt_stream
+)
