@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Protocol, cast
@@ -19,6 +20,7 @@ import trio
 from llmrt import ErrorCode, LlmError, StreamChunk, attribution_headers
 
 from ._classify import classify_http_error
+from ._transport import TrioTransport
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -51,21 +53,31 @@ def make_client(
     limits: httpx.Limits | None = None,
     http2: bool | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> httpx.AsyncClient:
     """One registration's client: no redirects, no library retries, attribution headers.
 
-    ``http2=None`` turns HTTP/2 on for ``https`` endpoints when the ``h2``
-    package is installed (``pip install httpx[http2]``); plain-HTTP endpoints
-    (local servers) stay on HTTP/1.1.
+    HTTP/1.1 goes through `TrioTransport` (a constant-time connection pool on
+    trio sockets: httpcore's pool scans every connection on each request start
+    and end, which dominated CPU at a thousand concurrent streams).
+    ``http2=None`` turns HTTP/2 on, through httpx's own transport, for
+    ``https`` endpoints when the ``h2`` package is installed (``pip install
+    httpx[http2]``). ``ssl_context`` replaces the default certificate checks
+    (e.g. a private CA). A given ``transport`` (``httpx.MockTransport`` in
+    tests) replaces all of this.
     """
     if http2 is None:
         http2 = base_url.startswith("https://") and importlib.util.find_spec("h2") is not None
+    if transport is None and not http2:
+        # httpx ignores limits when given a transport: they go to ours.
+        transport = TrioTransport(limits=limits or DEFAULT_LIMITS, ssl_context=ssl_context)
     return httpx.AsyncClient(
         base_url=base_url,
         timeout=timeout or DEFAULT_TIMEOUT,
         limits=limits or DEFAULT_LIMITS,
         http2=http2,
         transport=transport,
+        verify=ssl_context if ssl_context is not None else True,
         headers=attribution_headers(),
         follow_redirects=False,
     )

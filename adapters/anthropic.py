@@ -10,6 +10,7 @@ on with a matching token budget. One instance holds one
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 import attrs
@@ -128,6 +129,8 @@ class AnthropicAdapter(Adapter):
     timeout: httpx.Timeout | None = None
     limits: httpx.Limits | None = None
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
@@ -143,6 +146,7 @@ class AnthropicAdapter(Adapter):
             limits=self.limits,
             http2=self.http2,
             transport=self.transport,
+            ssl_context=self.ssl_context,
         )
 
     def _headers(self, accept: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ for its endpoint; `aclose` closes it.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 import attrs
@@ -212,6 +213,8 @@ class OpenAIChatAdapter(Adapter):
     timeout: httpx.Timeout | None = None
     limits: httpx.Limits | None = None
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _preset: Preset = attrs.field(init=False, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
@@ -233,6 +236,7 @@ class OpenAIChatAdapter(Adapter):
             limits=self.limits,
             http2=self.http2,
             transport=self.transport,
+            ssl_context=self.ssl_context,
         )
 
     def _headers(self) -> dict[str, str]:

@@ -13,6 +13,7 @@ import collections
 import enum
 import functools
 import socket
+import ssl
 import struct
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -112,6 +113,8 @@ class Upstream:
     _max_body_bytes: int
     _models_openai: ErrorScript
     _models_anthropic: ErrorScript
+    #: Serve TLS with this context (``https`` URLs); None: plain HTTP.
+    _ssl_context: ssl.SSLContext | None = None
     requests: list[RecordedRequest] = attrs.field(init=False, factory=list, repr=False)
     connections: list[ConnectionRecord] = attrs.field(init=False, factory=list, repr=False)
     #: Exceptions raised by a router (repr), answered with a 500.
@@ -126,8 +129,9 @@ class Upstream:
 
     @property
     def base_url(self) -> str:
-        """``http://host:port``, with no trailing slash."""
-        return f"http://{self.host}:{self.port}"
+        """``http://host:port`` (``https`` with TLS), with no trailing slash."""
+        scheme = "http" if self._ssl_context is None else "https"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def set_route(self, route: Route) -> None:
         """Answer later requests from `route` (a script, a sequence consumed in order, a router)."""
@@ -206,7 +210,13 @@ class Upstream:
         self._notify()
         next_ = _Next.CLOSE
         try:
-            next_ = await self._converse(stream, record)
+            conversation: trio.abc.Stream = stream
+            if self._ssl_context is not None:
+                conversation = trio.SSLStream(
+                    stream, self._ssl_context, server_side=True, https_compatible=True
+                )
+                await conversation.do_handshake()
+            next_ = await self._converse(conversation, record)
         except Exception as exc:  # one connection's failure never reaches the others
             record.error = repr(exc)
         finally:
@@ -220,7 +230,7 @@ class Upstream:
             record.closed.set()
             self._notify()
 
-    async def _converse(self, stream: trio.SocketStream, record: ConnectionRecord) -> _Next:
+    async def _converse(self, stream: trio.abc.Stream, record: ConnectionRecord) -> _Next:
         send, receive = trio.open_memory_channel[ParsedRequest | BadRequest](_PIPELINE_DEPTH)
         reader_done = trio.Event()
         next_ = _Next.CLOSE
@@ -243,7 +253,7 @@ class Upstream:
 
     async def _read_loop(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         record: ConnectionRecord,
         send: trio.MemorySendChannel[ParsedRequest | BadRequest],
         scope: trio.CancelScope,
@@ -264,7 +274,7 @@ class Upstream:
                         record.mark_closed("client")
                         scope.cancel()
                         return
-                    for item in parser.feed(data):
+                    for item in parser.feed(bytes(data)):
                         try:
                             await send.send(item)
                         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -292,7 +302,7 @@ class Upstream:
         return request
 
     async def _respond(
-        self, stream: trio.SocketStream, record: ConnectionRecord, parsed: ParsedRequest
+        self, stream: trio.abc.Stream, record: ConnectionRecord, parsed: ParsedRequest
     ) -> _Next:
         plan = self._pick(self._record(record, parsed)).plan
         keep_alive = parsed.keep_alive and not plan.always_close
@@ -320,7 +330,7 @@ class Upstream:
         record.responses_completed += 1
         return _Next.CONTINUE if keep_alive else _Next.CLOSE
 
-    async def _reject(self, stream: trio.SocketStream, bad: BadRequest) -> None:
+    async def _reject(self, stream: trio.abc.Stream, bad: BadRequest) -> None:
         body = f"{bad.reason}\n".encode()
         headers = [
             ("content-type", "text/plain; charset=utf-8"),
@@ -329,7 +339,8 @@ class Upstream:
         ]
         try:
             await stream.send_all(response_head(bad.status, headers) + body)
-            await stream.send_eof()
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -343,6 +354,7 @@ async def serve_upstream(
     script_paths: Collection[str] | None = DEFAULT_SCRIPT_PATHS,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[Upstream] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve `route` on `host`:`port` (0: any free port) until cancelled.
@@ -352,7 +364,8 @@ async def serve_upstream(
     request); a router sees every request first. Then ``GET /models`` (OpenAI
     list) and ``GET /v1/models`` (Anthropic list, or OpenAI's for a Bearer
     request without ``anthropic-version``) list `models`; anything else is
-    404. An exhausted script sequence answers 500. Raises `OSError` if the
+    404. An exhausted script sequence answers 500. With `ssl_context`, every
+    connection speaks TLS (`Upstream.base_url` is then ``https``). Raises `OSError` if the
     port cannot be bound.
     """
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=None)
@@ -365,6 +378,7 @@ async def serve_upstream(
         max_body_bytes=max_body_bytes,
         models_openai=_openai_models(models),
         models_anthropic=_anthropic_models(models),
+        ssl_context=ssl_context,
     )
     task_status.started(upstream)
     await trio.serve_listeners(upstream._handle, listeners)
@@ -381,6 +395,7 @@ async def open_upstream(
     script_paths: Collection[str] | None = DEFAULT_SCRIPT_PATHS,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Upstream]:
     """Run a local upstream for the duration of the block; yield its `Upstream`.
 
@@ -397,6 +412,7 @@ async def open_upstream(
         script_paths=script_paths,
         max_header_bytes=max_header_bytes,
         max_body_bytes=max_body_bytes,
+        ssl_context=ssl_context,
     )
     async with trio.open_nursery() as nursery:
         upstream: Upstream = await nursery.start(serve)
