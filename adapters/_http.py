@@ -20,6 +20,7 @@ import trio
 from llmrt import ErrorCode, LlmError, StreamChunk, attribution_headers
 
 from ._classify import classify_http_error
+from ._sse import SSEParser
 from ._transport import TrioTransport
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "finish_body",
     "body_reads",
     "EventFeed",
+    "SSEFeed",
     "stream_events",
 ]
 
@@ -206,6 +208,32 @@ class EventFeed(Protocol):
 
     def end(self) -> list[StreamChunk]:
         """The chunks owed when the body ended before the marker (an error finish)."""
+
+
+class _WireDecoder(Protocol):
+    @property
+    def finished(self) -> bool: ...
+
+    def end(self) -> list[StreamChunk]: ...
+
+
+class SSEFeed:
+    """The common half of the adapters' `EventFeed`s: an SSE parser and a wire decoder.
+
+    Subclasses implement ``feed`` for their event shape.
+    """
+
+    def __init__(self, decoder: _WireDecoder) -> None:
+        self._parser = SSEParser()
+        self._wire = decoder
+
+    @property
+    def finished(self) -> bool:
+        return self._wire.finished
+
+    def end(self) -> list[StreamChunk]:
+        self._parser.close()
+        return self._wire.end()
 
 
 async def stream_events(

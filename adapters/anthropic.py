@@ -32,12 +32,12 @@ from llmrt import (
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._classify import classify_http_error
 from ._http import (
+    SSEFeed,
     make_client,
     read_api_key,
     stream_events,
     translate_http_error,
 )
-from ._sse import SSEParser
 from .openai_chat import ModelSpec
 
 __all__ = ["AnthropicAdapter", "ANTHROPIC_MODELS", "THINKING_BUDGETS"]
@@ -75,12 +75,12 @@ ANTHROPIC_MODELS = (
 )
 
 
-class _AnthropicEvents:
+class _AnthropicEvents(SSEFeed):
     """Named SSE events in, chunks out; ``message_stop`` ends the stream."""
 
     def __init__(self) -> None:
-        self._parser = SSEParser()
         self._decoder = AnthropicStreamDecoder()
+        super().__init__(self._decoder)
 
     def feed(self, data: bytes) -> list[StreamChunk]:
         out: list[StreamChunk] = []
@@ -90,14 +90,6 @@ class _AnthropicEvents:
             if decoder.finished:
                 break
         return out
-
-    @property
-    def finished(self) -> bool:
-        return self._decoder.finished
-
-    def end(self) -> list[StreamChunk]:
-        self._parser.close()
-        return self._decoder.end()
 
 
 class _ModelList(msgspec.Struct):

@@ -39,13 +39,13 @@ from llmrt import (
 
 from ._classify import classify_http_error
 from ._http import (
+    SSEFeed,
     make_client,
     read_api_key,
     stream_events,
     translate_http_error,
 )
 from ._openai_wire import OpenAIStreamDecoder, build_openai_body
-from ._sse import SSEParser
 
 __all__ = ["ModelSpec", "Preset", "PRESETS", "OpenAIChatAdapter"]
 
@@ -159,12 +159,12 @@ PRESETS: Mapping[str, Preset] = {
 }
 
 
-class _OpenAIEvents:
-    """``data:`` payloads in, chunks out; `data: [DONE]` ends the stream."""
+class _OpenAIEvents(SSEFeed):
+    """``data:`` payloads in, chunks out; ``data: [DONE]`` ends the stream."""
 
     def __init__(self, kind: str) -> None:
-        self._parser = SSEParser()
         self._decoder = OpenAIStreamDecoder(provider_kind=kind)
+        super().__init__(self._decoder)
 
     def feed(self, data: bytes) -> list[StreamChunk]:
         out: list[StreamChunk] = []
@@ -174,14 +174,6 @@ class _OpenAIEvents:
             if decoder.finished:
                 break
         return out
-
-    @property
-    def finished(self) -> bool:
-        return self._decoder.finished
-
-    def end(self) -> list[StreamChunk]:
-        self._parser.close()
-        return self._decoder.end()
 
 
 class _ModelList(msgspec.Struct):
