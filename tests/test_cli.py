@@ -145,3 +145,11 @@ def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) 
             proc.communicate()
     assert proc.returncode == 130
     assert "aborted: the call was aborted (abort -> finish" in out
+
+
+def test_call_as_a_process() -> None:
+    proc = _spawn("call", "from a process", "--no-color")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert 'You said: "from a process"' in out
+    assert out.rstrip().endswith("finish: stop")
