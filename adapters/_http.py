@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import ssl
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Protocol, cast
@@ -61,7 +63,9 @@ def make_client(
 
     HTTP/1.1 goes through `TrioTransport` (a constant-time connection pool on
     trio sockets: httpcore's pool scans every connection on each request start
-    and end, which dominated CPU at a thousand concurrent streams).
+    and end, which dominated CPU at a thousand concurrent streams), except
+    for an endpoint the environment routes through a proxy (``HTTPS_PROXY``
+    and co.), which stays on httpx's transport.
     ``http2=None`` turns HTTP/2 on, through httpx's own transport, for
     ``https`` endpoints when the ``h2`` package is installed (``pip install
     httpx[http2]``). ``ssl_context`` replaces the default certificate checks
@@ -70,7 +74,7 @@ def make_client(
     """
     if http2 is None:
         http2 = base_url.startswith("https://") and importlib.util.find_spec("h2") is not None
-    if transport is None and not http2:
+    if transport is None and not http2 and not _proxied(base_url):
         # httpx ignores limits when given a transport: they go to ours.
         transport = TrioTransport(limits=limits or DEFAULT_LIMITS, ssl_context=ssl_context)
     return httpx.AsyncClient(
@@ -83,6 +87,19 @@ def make_client(
         headers=attribution_headers(),
         follow_redirects=False,
     )
+
+
+def _proxied(base_url: str) -> bool:
+    """Whether the environment routes ``base_url`` through a proxy (HTTPS_PROXY and co.).
+
+    TrioTransport speaks directly to the origin; a proxied endpoint stays on
+    httpx's own transport, which honours the proxy variables.
+    """
+    parts = urllib.parse.urlsplit(base_url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.hostname or "")
 
 
 def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:

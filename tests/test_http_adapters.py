@@ -291,3 +291,28 @@ async def test_five_hundred_streams_aborted_at_random_leave_no_connection_open()
         assert rt.statistics().calls_in_flight == 0
     assert len(upstream.requests) == 500
     assert all(c.closed.is_set() for c in upstream.connections)
+
+
+def test_proxied_endpoints_keep_httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmrt.adapters._http import make_client
+    from llmrt.adapters._transport import TrioTransport
+
+    for name in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    direct = make_client("https://api.example.com", http2=False)
+    assert isinstance(direct._transport, TrioTransport)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    proxied = make_client("https://api.example.com", http2=False)
+    assert not isinstance(proxied._transport, TrioTransport)
+    monkeypatch.setenv("NO_PROXY", "api.example.com")
+    bypassed = make_client("https://api.example.com", http2=False)
+    assert isinstance(bypassed._transport, TrioTransport)
