@@ -96,6 +96,8 @@ def _proxied(base_url: str) -> bool:
     httpx's own transport, which honours the proxy variables.
     """
     parts = urllib.parse.urlsplit(base_url)
+    if parts.hostname in ("localhost", "127.0.0.1", "::1"):
+        return False  # a local server is never reached through a proxy
     proxies = urllib.request.getproxies()
     if not (proxies.get(parts.scheme) or proxies.get("all")):
         return False
