@@ -571,3 +571,16 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
         names = sorted(task.name for task in rt._core.nursery.child_tasks)
         assert len(names) == 2, names
         assert len(rt._core.calls) == 0
+
+
+async def test_a_closed_runtime_still_ends_calls_with_one_finish() -> None:
+    async with llmrt.open_runtime() as rt:
+        adapter = ScriptedAdapter(text_script(["x"]))
+        await rt.register_adapter(["p"], adapter)
+    chunks = await collect(rt, make())
+    assert code_of(chunks) == ErrorCode.ABORTED
+    assert adapter.requests == []
+    assert adapter.aclosed
+    with pytest.raises(trio.ClosedResourceError):
+        await rt.register_adapter(["q"], ScriptedAdapter([]))
+    assert rt.statistics().calls_in_flight == 0
