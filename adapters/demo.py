@@ -124,25 +124,11 @@ class DemoAdapter(Adapter):
         index = 0
         truncated = False
 
-        yield BlockStart(index=index, block_type="reasoning")
-        sent: list[str] = []
-        for word in _words(thought):
-            if spent >= budget:
-                truncated = True
-                break
-            if delay:
-                await trio.sleep(delay)
-            spent += 1
-            sent.append(word)
-            yield ReasoningDelta(index=index, text=word)
-        yield BlockEnd(index=index, block=ReasoningBlock(text="".join(sent)))
-        reasoning_tokens = spent
-
-        if not truncated:
-            index += 1
-            yield BlockStart(index=index, block_type="text")
-            sent = []
-            for word in _words(answer):
+        reasoning_tokens = 0
+        for kind, text in (("reasoning", thought), ("text", answer)):
+            yield BlockStart(index=index, block_type=kind)
+            sent: list[str] = []
+            for word in _words(text):
                 if spent >= budget:
                     truncated = True
                     break
@@ -150,12 +136,23 @@ class DemoAdapter(Adapter):
                     await trio.sleep(delay)
                 spent += 1
                 sent.append(word)
-                yield TextDelta(index=index, text=word)
-            yield BlockEnd(index=index, block=TextBlock(text="".join(sent)))
+                if kind == "reasoning":
+                    yield ReasoningDelta(index=index, text=word)
+                else:
+                    yield TextDelta(index=index, text=word)
+            done = "".join(sent)
+            yield BlockEnd(
+                index=index,
+                block=ReasoningBlock(text=done) if kind == "reasoning" else TextBlock(text=done),
+            )
+            if kind == "reasoning":
+                reasoning_tokens = spent
+            index += 1
+            if truncated:
+                break
 
         called = False
         if not truncated and options.tools:
-            index += 1
             tool = options.tools[0]
             call_id = f"call_demo_{len(options.messages)}"
             arguments = json.dumps({"input": prompt[:200]})
