@@ -10,8 +10,10 @@ as fast as the runtime takes it). ``max_tokens`` truncates the answer with a
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -67,19 +69,81 @@ def _prompt(options: GenerateOptions) -> str:
     return ""
 
 
-def _words(text: str) -> Iterator[str]:
-    """Word tokens that join back to ``text`` (each but the first keeps its leading space).
+class _Wait:
+    """One paced stream waiting for its next token; also its own abort function."""
 
-    Lazy, so an in-flight call holds its text, not a list of its tokens.
+    __slots__ = ("task",)
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task: trio.lowlevel.Task | None = task
+
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        self.task = None  # cancelled: the timer skips this entry when it comes due
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+class _Pacer:
+    """One timer for every paced demo stream of a trio run.
+
+    ``trio.sleep`` per token would give each waiting stream its own cancel
+    scope, cancel status and three coroutine frames (about 1.4 KiB, and a
+    dozen objects for the collector per token). Here a waiting stream is one
+    heap entry, and one timer task wakes whatever is due. The timer runs only
+    while streams wait, as a system task, so it outlives no call.
     """
-    start = 0
-    while True:
-        end = text.find(" ", start + 1)
-        if end < 0:
-            yield text[start:]
-            return
-        yield text[start:end]
-        start = end
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Wait]] = []
+        self._seq = 0
+        self._sleep: trio.CancelScope | None = None
+        self._running = False
+
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, object]:
+        """Like ``trio.sleep(seconds)``: await it; a checkpoint, cancellable while it waits.
+
+        A plain function that returns trio's wait, so a waiting stream holds
+        no frame of ours.
+        """
+        due = trio.current_time() + seconds
+        wait = _Wait(trio.lowlevel.current_task())
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, wait))
+        if not self._running:
+            self._running = True
+            trio.lowlevel.spawn_system_task(self._run, name="llmrt.demo-pacer")
+        elif self._sleep is not None and due < self._sleep.deadline:
+            self._sleep.deadline = due
+        return trio.lowlevel.wait_task_rescheduled(wait)  # noqa: ASYNC105 -- the caller awaits it
+
+    async def _run(self) -> None:
+        heap = self._heap
+        try:
+            while heap:
+                with trio.CancelScope(deadline=heap[0][0]) as self._sleep:
+                    await trio.sleep_forever()
+                self._sleep = None
+                now = trio.current_time()
+                while heap and heap[0][0] <= now:
+                    wait = heapq.heappop(heap)[2]
+                    task = wait.task
+                    if task is not None:
+                        wait.task = None
+                        trio.lowlevel.reschedule(task)
+        finally:
+            self._sleep = None
+            self._running = False
+
+
+_PACER: trio.lowlevel.RunVar[_Pacer] = trio.lowlevel.RunVar("llmrt_demo_pacer")
+
+
+def _pacer() -> _Pacer:
+    try:
+        return _PACER.get()
+    except LookupError:
+        pacer = _Pacer()
+        _PACER.set(pacer)
+        return pacer
 
 
 @attrs.define(eq=False)
@@ -120,34 +184,39 @@ class DemoAdapter(Adapter):
         answer += "This answer comes from llmrt's demo model, streamed token by token."
         budget = options.max_tokens if options.max_tokens is not None else self.default_max_tokens
         delay = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
+        pacer = _pacer() if delay else None
         spent = 0
-        index = 0
         truncated = False
 
         reasoning_tokens = 0
-        for kind, text in (("reasoning", thought), ("text", answer)):
-            yield BlockStart(index=index, block_type=kind)
-            sent: list[str] = []
-            for word in _words(text):
+        for index in (0, 1):  # the reasoning block, then the text block
+            text = thought if index == 0 else answer
+            yield BlockStart(index=index, block_type="reasoning" if index == 0 else "text")
+            # One token per word; each word but the first keeps its leading space,
+            # so the block sent so far is always ``text[:start]``.
+            start = 0
+            while start < len(text):
                 if spent >= budget:
                     truncated = True
                     break
-                if delay:
-                    await trio.sleep(delay)
+                if pacer is not None:
+                    await pacer.sleep(delay)
+                end = text.find(" ", start + 1)
+                if end < 0:
+                    end = len(text)
                 spent += 1
-                sent.append(word)
-                if kind == "reasoning":
-                    yield ReasoningDelta(index=index, text=word)
+                if index == 0:
+                    yield ReasoningDelta(index=index, text=text[start:end])
                 else:
-                    yield TextDelta(index=index, text=word)
-            done = "".join(sent)
+                    yield TextDelta(index=index, text=text[start:end])
+                start = end
+            done = text[:start]
             yield BlockEnd(
                 index=index,
-                block=ReasoningBlock(text=done) if kind == "reasoning" else TextBlock(text=done),
+                block=ReasoningBlock(text=done) if index == 0 else TextBlock(text=done),
             )
-            if kind == "reasoning":
+            if index == 0:
                 reasoning_tokens = spent
-            index += 1
             if truncated:
                 break
 
@@ -157,10 +226,11 @@ class DemoAdapter(Adapter):
             call_id = f"call_demo_{len(options.messages)}"
             arguments = json.dumps({"input": prompt[:200]})
             fragments = [arguments[i : i + 8] for i in range(0, len(arguments), 8)]
+            index = 2
             yield BlockStart(index=index, block_type="tool-call")
             for n, fragment in enumerate(fragments):
-                if delay:
-                    await trio.sleep(delay)
+                if pacer is not None:
+                    await pacer.sleep(delay)
                 spent += 1
                 yield ToolCallDelta(
                     index=index,
