@@ -49,6 +49,9 @@ from ._watchdog import Watchdog
 
 __all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
 
+#: Every call task's name: given, so trio does not format one per call.
+_CALL_TASK_NAME = "llmrt.call"
+
 DEFAULT_IDLE_TIMEOUT = 300.0
 _discovered_decoder = msgspec.json.Decoder(tuple[DiscoveredModel, ...])
 
@@ -83,7 +86,7 @@ class RuntimeCore:
         if self.closing:
             call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
         try:
-            self.nursery.start_soon(call.run)
+            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
         except RuntimeError:  # the runtime's nursery is closed: finish without a task
             call._box.put_nowait(call._lost())
             call._box.close()
