@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 import attrs
+import outcome
 import trio
 
 from llmrt import (
@@ -70,80 +70,84 @@ def _prompt(options: GenerateOptions) -> str:
 
 
 class _Wait:
-    """One paced stream waiting for its next token; also its own abort function."""
+    """One paced stream waiting for its turn; also its own abort function."""
 
     __slots__ = ("task",)
 
     def __init__(self, task: trio.lowlevel.Task) -> None:
+        #: None once the stream was woken, cancelled, or took the lead.
         self.task: trio.lowlevel.Task | None = task
 
     def __call__(self, _: object) -> trio.lowlevel.Abort:
-        self.task = None  # cancelled: the timer skips this entry when it comes due
+        self.task = None  # cancelled: its heap entry is skipped when it comes due
         return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Pacer:
-    """One timer for every paced demo stream of a trio run.
+    """Paces all the streams of one `DemoAdapter` with one sleeping cancel scope.
 
-    ``trio.sleep`` per token would give each waiting stream its own cancel
-    scope, cancel status and three coroutine frames (about 1.4 KiB, and a
-    dozen objects for the collector per token). Here a waiting stream is one
-    heap entry, and one timer task wakes whatever is due. The timer runs only
-    while streams wait, as a system task, so it outlives no call.
+    ``trio.sleep`` per token would give every waiting stream its own cancel
+    scope, cancel status and sleep frames (about 1.4 KiB, and a dozen objects
+    for the collector per token). Here a waiting stream is a heap entry, and
+    one of the waiting streams, the leader, sleeps until the earliest due
+    time, wakes whatever is due, and when its own turn comes (or it is
+    cancelled) hands the lead to the next waiting stream. No extra task.
     """
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, _Wait]] = []
         self._seq = 0
+        #: The leading stream's entry (it may not have started sleeping yet).
+        self._leader: _Wait | None = None
+        #: The leader's sleep, whose deadline follows the earliest due time.
         self._sleep: trio.CancelScope | None = None
-        self._running = False
 
-    def sleep(self, seconds: float) -> Coroutine[Any, Any, object]:
-        """Like ``trio.sleep(seconds)``: await it; a checkpoint, cancellable while it waits.
-
-        A plain function that returns trio's wait, so a waiting stream holds
-        no frame of ours.
-        """
+    async def sleep(self, seconds: float) -> None:
+        """Like ``trio.sleep(seconds)``: a checkpoint, cancellable while it waits."""
         due = trio.current_time() + seconds
         wait = _Wait(trio.lowlevel.current_task())
         self._seq += 1
         heapq.heappush(self._heap, (due, self._seq, wait))
-        if not self._running:
-            self._running = True
-            trio.lowlevel.spawn_system_task(self._run, name="llmrt.demo-pacer")
-        elif self._sleep is not None and due < self._sleep.deadline:
-            self._sleep.deadline = due
-        return trio.lowlevel.wait_task_rescheduled(wait)  # noqa: ASYNC105 -- the caller awaits it
+        if self._leader is None:
+            self._leader = wait
+        else:
+            if self._sleep is not None and due < self._sleep.deadline:
+                self._sleep.deadline = due
+            if not await trio.lowlevel.wait_task_rescheduled(wait):
+                return  # woken by the leader: this stream's time has come
+        await self._lead(wait)
 
-    async def _run(self) -> None:
+    async def _lead(self, me: _Wait) -> None:
+        me.task = None  # nobody else wakes the leader: it sleeps on its own
         heap = self._heap
         try:
-            while heap:
+            while True:
                 with trio.CancelScope(deadline=heap[0][0]) as self._sleep:
                     await trio.sleep_forever()
                 self._sleep = None
                 now = trio.current_time()
+                mine = False
                 while heap and heap[0][0] <= now:
                     wait = heapq.heappop(heap)[2]
-                    task = wait.task
-                    if task is not None:
+                    if wait is me:
+                        mine = True
+                    elif wait.task is not None:
+                        trio.lowlevel.reschedule(wait.task, outcome.Value(False))
                         wait.task = None
-                        trio.lowlevel.reschedule(task)
+                if mine:
+                    return
         finally:
             self._sleep = None
-            self._running = False
-
-
-_PACER: trio.lowlevel.RunVar[_Pacer] = trio.lowlevel.RunVar("llmrt_demo_pacer")
-
-
-def _pacer() -> _Pacer:
-    try:
-        return _PACER.get()
-    except LookupError:
-        pacer = _Pacer()
-        _PACER.set(pacer)
-        return pacer
+            self._leader = None
+            while heap:  # hand the lead to the next stream still waiting
+                wait = heap[0][2]
+                if wait.task is None:
+                    heapq.heappop(heap)
+                    continue
+                self._leader = wait
+                trio.lowlevel.reschedule(wait.task, outcome.Value(True))
+                wait.task = None
+                break
 
 
 @attrs.define(eq=False)
@@ -154,6 +158,7 @@ class DemoAdapter(Adapter):
     models: Sequence[str] = DEMO_MODELS
     context_window: int = 32_768
     default_max_tokens: int = 1_024
+    _pacer: _Pacer = attrs.field(factory=_Pacer, init=False, repr=False)
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name="llmrt demo model (offline)")
@@ -184,7 +189,7 @@ class DemoAdapter(Adapter):
         answer += "This answer comes from llmrt's demo model, streamed token by token."
         budget = options.max_tokens if options.max_tokens is not None else self.default_max_tokens
         delay = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
-        pacer = _pacer() if delay else None
+        pacer = self._pacer if delay else None
         spent = 0
         truncated = False
 

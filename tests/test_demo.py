@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import trio
@@ -29,7 +30,7 @@ from llmrt import (
     ToolSchema,
     UsageChunk,
 )
-from llmrt.adapters.demo import DemoAdapter
+from llmrt.adapters.demo import DemoAdapter, _Pacer
 
 TOOL = ToolSchema(name="lookup", description="Look it up.", parameters={"type": "object"})
 
@@ -141,24 +142,62 @@ async def test_paced_streams_of_two_rates_interleave_on_one_timer(
     assert ends["slow"] - start == pytest.approx(6 * 0.5)
 
 
-async def test_abort_while_paced_ends_the_call_and_the_timer(
+async def test_abort_while_paced_leaves_the_other_streams_paced(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    """Aborting streams (the one whose sleep wakes the others among them) costs
+    the rest neither a token nor a moment, and no task is left behind."""
+    ends: dict[int, float] = {}
+    aborted: list[int] = []
     ctl = AbortController()
     async with llmrt.open_runtime() as rt:
-        await rt.register_adapter(["demo"], DemoAdapter(tokens_per_second=1))
-        async with rt.stream(make_options("demo", "demo-1"), signal=ctl.signal) as call:
-            chunks: list[StreamChunk] = []
-            async for chunk in call:
-                chunks.append(chunk)
-                if len(chunks) == 3:
-                    assert "llmrt.demo-pacer" in task_names()
-                    ctl.abort("enough")
-        assert isinstance(finish_reason(chunks), FinishAborted)
-        # The aborted wait left its entry on the timer's heap; once it comes due
-        # the timer has nothing left to wait for and ends: no task outlives the calls.
-        await trio.sleep(2)
-        assert "llmrt.demo-pacer" not in task_names()
+        await rt.register_adapter(["demo"], DemoAdapter(tokens_per_second=4))
+        before = set(task_names())
+
+        async def run(n: int) -> None:
+            signal = ctl.signal if n % 2 == 0 else None
+            chunks = await collect(
+                rt.stream(make_options("demo", "demo-1", max_tokens=8), signal=signal)
+            )
+            if isinstance(finish_reason(chunks), FinishAborted):
+                aborted.append(n)
+            else:
+                assert isinstance(finish_reason(chunks), FinishMaxTokens)
+                deltas = [c for c in chunks if isinstance(c, TextDelta | ReasoningDelta)]
+                assert len(deltas) == 8
+                ends[n] = trio.current_time()
+
+        async with trio.open_nursery() as nursery:
+            start = trio.current_time()
+            for n in range(6):
+                nursery.start_soon(run, n)
+            await trio.sleep(0.6)  # between the second and the third token
+            ctl.abort("enough")
+        assert sorted(aborted) == [0, 2, 4]
+        assert ends == {n: pytest.approx(start + 8 * 0.25) for n in (1, 3, 5)}
+        assert set(task_names()) == before
+
+
+async def test_a_stream_that_starts_later_keeps_its_own_pace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    stamps: dict[str, list[float]] = {"early": [], "late": []}
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["demo"], DemoAdapter(tokens_per_second=2))
+
+        async def run(name: str) -> None:
+            async with rt.stream(make_options("demo", "demo-1", max_tokens=4)) as call:
+                async for chunk in call:
+                    if isinstance(chunk, TextDelta | ReasoningDelta):
+                        stamps[name].append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            start = trio.current_time()
+            nursery.start_soon(run, "early")
+            await trio.sleep(0.2)
+            nursery.start_soon(run, "late")
+    assert stamps["early"] == pytest.approx([start + 0.5 * (n + 1) for n in range(4)])
+    assert stamps["late"] == pytest.approx([start + 0.2 + 0.5 * (n + 1) for n in range(4)])
 
 
 def task_names() -> list[str]:
@@ -171,3 +210,59 @@ def task_names() -> list[str]:
         for nursery in task.child_nurseries:
             todo.extend(nursery.child_tasks)
     return [task.name for task in tasks]
+
+
+# ---- the pacer on its own: one sleeping stream leads, the lead passes on -------------------
+
+
+async def sleep_on(
+    pacer: _Pacer, seconds: float, scope: trio.CancelScope, woke: dict[int, float], key: int
+) -> None:
+    with scope:
+        await pacer.sleep(seconds)
+        woke[key] = trio.current_time()
+
+
+async def test_pacer_hands_the_lead_on_when_the_leader_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    pacer = _Pacer()
+    woke: dict[int, float] = {}
+    leader = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(sleep_on, pacer, 1.0, leader, woke, 0)
+        await trio.testing.wait_all_tasks_blocked()  # the first sleeper leads
+        nursery.start_soon(sleep_on, pacer, 2.0, trio.CancelScope(), woke, 1)
+        nursery.start_soon(sleep_on, pacer, 0.5, trio.CancelScope(), woke, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        leader.cancel()
+    assert woke == {1: start + 2.0, 2: start + 0.5}
+    assert pacer._leader is None and pacer._sleep is None
+
+
+async def test_pacer_wakes_every_sleeper_at_its_own_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    rng = random.Random(7)
+    pacer = _Pacer()
+    woke: dict[int, float] = {}
+    due: dict[int, float] = {}
+    scopes = [trio.CancelScope() for _ in range(60)]
+    cancelled: set[int] = set()
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        for key, scope in enumerate(scopes):
+            # Sleepers arrive over time, some due before the current leader.
+            await trio.sleep(rng.choice([0, 0, 0.05, 0.3]))
+            seconds = rng.choice([0.1, 0.25, 0.5, 1.0, 3.0])
+            due[key] = trio.current_time() + seconds
+            nursery.start_soon(sleep_on, pacer, seconds, scope, woke, key)
+            if rng.random() < 0.2 and key > 0:
+                victim = rng.randrange(key)
+                if victim not in woke:
+                    scopes[victim].cancel()
+                    cancelled.add(victim)
+    assert woke == {k: pytest.approx(t) for k, t in due.items() if k not in cancelled}
+    assert len(woke) + len(cancelled) == len(scopes) and start < min(woke.values())
+    assert pacer._heap == [] and pacer._leader is None
