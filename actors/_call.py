@@ -151,6 +151,7 @@ class Call:
     watch_last: float = attrs.field(default=0.0, init=False)
     watch_paused: bool = attrs.field(default=False, init=False)
     watch_done: bool = attrs.field(default=False, init=False)
+    watch_entry: list[Any] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)

@@ -95,7 +95,7 @@ class RuntimeCore:
 
     def call_ended(self, call: Call, delivered: Finish | None) -> None:
         self.calls.discard(call)
-        self.watchdog.forget()
+        self.watchdog.forget(call)
         stats = self.stats
         stats.calls_in_flight -= 1
         if delivered is None:

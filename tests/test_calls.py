@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -290,6 +292,22 @@ async def test_idle_watchdog_counts_from_the_last_chunk(
     assert elapsed == pytest.approx(12.0 + 5.0)
 
 
+async def test_a_finished_call_is_freed_before_its_watchdog_entry_comes_due() -> None:
+    # The route's idle timeout differs from the default, so the call was put on
+    # the watchdog's heap twice; neither entry may keep it (and its request) alive.
+    async with llmrt.open_runtime(stream_idle_timeout=300.0) as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(text_script(["x"])), stream_idle_timeout=9)
+        async with rt.stream(make()) as call:
+            chunks = [chunk async for chunk in call]
+        assert isinstance(finish_of(chunks).reason, FinishStop)
+        ref = weakref.ref(call)
+        heap = rt._core.watchdog._heap
+        assert len(heap) == 2 and all(entry[2] is None for entry in heap)
+        del call
+        gc.collect()
+        assert ref() is None
+
+
 async def test_slow_consumer_does_not_trip_the_watchdog(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -529,6 +547,7 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
 ) -> None:
     rng = random.Random(20261130)
     outcomes: dict[str, int] = {}
+    alive: weakref.WeakSet[llmrt.Call] = weakref.WeakSet()
 
     def script(request: GenerateOptions) -> list[object]:
         kind = request.messages[0].content[0].text  # type: ignore[union-attr]
@@ -540,6 +559,7 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
 
     async def consumer(rt: llmrt.LlmRuntime, kind: str, action: str) -> None:
         async with rt.stream(make(text=kind)) as call:
+            alive.add(call)
             finishes = 0
             async for chunk in call:
                 if isinstance(chunk, Finish):
@@ -571,6 +591,11 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
         names = sorted(task.name for task in rt._core.nursery.child_tasks)
         assert len(names) == 2, names
         assert len(rt._core.calls) == 0
+        # Nothing holds on to a finished call (the watchdog's heap included,
+        # whose entries come due only an idle timeout later): all are freed.
+        assert all(entry[2] is None for entry in rt._core.watchdog._heap)
+        gc.collect()
+        assert len(alive) == 0
 
 
 async def test_a_closed_runtime_still_ends_calls_with_one_finish() -> None:
