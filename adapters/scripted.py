@@ -52,7 +52,13 @@ class Stall:
 
 @attrs.frozen
 class Raise:
-    """Raise ``exc`` from the stream."""
+    """Raise ``exc`` from the stream.
+
+    A script replayed by many calls raises the same instance each time; its
+    traceback is reset on every raise, so it holds the frames of the last
+    call only (re-raising an instance otherwise chains every earlier call's
+    traceback onto it, and with it every earlier call).
+    """
 
     exc: BaseException
 
@@ -109,7 +115,7 @@ class ScriptedAdapter(Adapter):
                 elif isinstance(step, Stall):
                     await trio.sleep_forever()
                 elif isinstance(step, Raise):
-                    raise step.exc
+                    raise step.exc.with_traceback(None)
                 else:
                     yield step
         finally:

@@ -598,6 +598,23 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
         assert len(alive) == 0
 
 
+async def test_one_scripted_exception_raised_by_many_calls_keeps_none_of_them() -> None:
+    # Re-raising one instance chains each raise's traceback onto the last, and
+    # with it every earlier call's frames: the scripted adapter resets it.
+    script = [*STALL_AFTER_ONE[:2], Raise(RuntimeError("shared"))]
+    alive: weakref.WeakSet[llmrt.Call] = weakref.WeakSet()
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(script))
+        for _ in range(3):
+            async with rt.stream(make()) as call:
+                alive.add(call)
+                chunks = [chunk async for chunk in call]
+            assert code_of(chunks) == ErrorCode.INTERNAL
+        del call
+        gc.collect()
+        assert len(alive) <= 1  # the last raise's traceback may still hold the last call
+
+
 async def test_a_closed_runtime_still_ends_calls_with_one_finish() -> None:
     async with llmrt.open_runtime() as rt:
         adapter = ScriptedAdapter(text_script(["x"]))
