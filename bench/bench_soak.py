@@ -7,12 +7,16 @@ about a minute; ``--quick``: 20 waves of 500). Prints a table and writes
 Every wave starts its calls at once, one of each kind in turn: a demo
 answer, a scripted answer, an adapter that raises mid-stream, a stall ended
 by a shared `AbortController`, a stall ended by the idle watchdog (50 ms), a
-consumer that leaves after the first chunk, a prepared call, and a call
-through `stream_with_retry`; every call passes one pass-through middleware.
+consumer that leaves after the first chunk, a prepared call, a call
+through `stream_with_retry`, and three calls over HTTP (`OpenAIChatAdapter`
+against the `llmrt.testing` upstream in the same trio run, on loopback): an
+answer, a stalled stream aborted by the shared signal, a 500. Every call
+passes one pass-through middleware.
 After each wave: a full collection, then RSS, the number of objects the
-collector tracks, the runtime's tasks and calls in flight. The scripted
-adapters record every request by design (they are test tools), so their
-records are cleared after each wave.
+collector tracks, the runtime's tasks and calls in flight, and the open
+upstream connections. The scripted adapters and the local upstream record
+all traffic by design (they are test tools), so their records are cleared
+after each wave.
 
 Floor (same run, same process, before the runtime starts): the same number
 of bare trio task pairs per wave, each pair a producer and a consumer over
@@ -46,7 +50,9 @@ from llmrt import (
     user_message,
 )
 from llmrt.adapters.demo import DemoAdapter
+from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.scripted import Delay, Raise, ScriptedAdapter, Stall, text_script
+from llmrt.testing import ErrorScript, RecordedRequest, SSEScript, open_upstream, openai_events
 
 FULL = {"waves": 100, "calls_per_wave": 2_000}
 QUICK = {"waves": 20, "calls_per_wave": 500}
@@ -54,16 +60,30 @@ IDLE_TIMEOUT = 0.05
 #: One object kept per call would be 10,000 per 10,000 calls.
 TARGET_OBJECTS_PER_10K = 1.0
 TARGET_RSS_SLACK = 64.0
-KINDS = ("demo", "ok", "raise", "abort", "timeout", "leave", "prepared", "retry")
+KINDS = (
+    "demo", "ok", "raise", "abort", "timeout", "leave", "prepared", "retry",
+    "http", "http-abort", "http-error",
+)  # fmt: skip
 
 ANSWER = text_script(["Hello", ", ", "world"])
 FAILING = [*ANSWER[:2], Delay(0.001), Raise(RuntimeError("adapter bug"))]
 STALLING = [*ANSWER[:2], Stall()]
 
+#: The local upstream's answer for each model the HTTP calls ask for.
+HTTP_SCRIPTS = {
+    "answer": SSEScript(events=openai_events(["Hello", ", ", "world"])),
+    "stall": SSEScript(events=openai_events(["Hello", ", ", "world"]), stall_after=2),
+    "error": ErrorScript(status=500, body={"error": {"message": "overloaded"}}),
+}
 
-def request(provider: str, **kw: Any) -> GenerateOptions:
+
+def route(recorded: RecordedRequest) -> SSEScript | ErrorScript:
+    return HTTP_SCRIPTS[recorded.json["model"]]
+
+
+def request(provider: str, model: str = "soak", **kw: Any) -> GenerateOptions:
     return GenerateOptions(
-        provider=provider, model="soak", messages=(user_message("how are you?"),), **kw
+        provider=provider, model=model, messages=(user_message("how are you?"),), **kw
     )
 
 
@@ -90,6 +110,12 @@ async def one_call(rt: llmrt.LlmRuntime, kind: str, ctl: AbortController, seen: 
         context = rt.stream(request("demo"))
     elif kind == "abort":
         context = rt.stream(request("stall"), signal=ctl.signal)
+    elif kind == "http":
+        context = rt.stream(request("http", model="answer"))
+    elif kind == "http-abort":
+        context = rt.stream(request("http", model="stall"), signal=ctl.signal)
+    elif kind == "http-error":
+        context = rt.stream(request("http", model="error"))
     else:
         provider = {"ok": "ok", "raise": "raise", "timeout": "stall-timeout", "leave": "stall"}
         context = rt.stream(request(provider[kind]))
@@ -104,7 +130,7 @@ async def one_call(rt: llmrt.LlmRuntime, kind: str, ctl: AbortController, seen: 
 
 async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
     samples: list[dict[str, Any]] = []
-    async with llmrt.open_runtime() as rt:
+    async with open_upstream(route) as upstream, llmrt.open_runtime() as rt:
         rt.use(passthrough)
         await rt.register_adapter(["demo"], DemoAdapter())
         scripted = {
@@ -117,6 +143,13 @@ async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
         timeout = ScriptedAdapter(STALLING)
         await rt.register_adapter(["stall-timeout"], timeout, stream_idle_timeout=IDLE_TIMEOUT)
         scripted["stall-timeout"] = timeout
+        http = OpenAIChatAdapter(
+            preset="openai-compatible",
+            base_url=upstream.base_url,
+            api_key_env="SOAK_KEY",
+            environ={"SOAK_KEY": "sk-soak-0123456789"},
+        )
+        await rt.register_adapter(["http"], http)
 
         for wave in range(waves):
             ctl = AbortController()
@@ -128,9 +161,14 @@ async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
                 ctl.abort("soak")
             if seen[0] + seen[1] != per_wave:
                 raise SystemExit(f"wave {wave}: {seen} of {per_wave} calls ended")
+            # The test tools record all traffic by design; the runtime keeps nothing.
             for adapter in scripted.values():
                 adapter.requests.clear()
                 adapter.closed_at.clear()
+            upstream.requests.clear()
+            upstream.connections[:] = [c for c in upstream.connections if not c.closed.is_set()]
+            for connection in upstream.connections:
+                connection.requests.clear()
             stats = rt.statistics()
             samples.append(
                 sample(
@@ -138,6 +176,7 @@ async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
                     per_wave,
                     tasks=len(rt._core.nursery.child_tasks),
                     in_flight=stats.calls_in_flight,
+                    upstream_connections=len(upstream.connections),
                 )
             )
     return samples
