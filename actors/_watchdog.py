@@ -101,3 +101,4 @@ class Watchdog:
                     call.watch_expired()
                 else:
                     self._push(due, call)
+            call = None  # this frame sleeps next: it must not keep the last call alive
