@@ -64,7 +64,7 @@ from ._topology import Route
 if TYPE_CHECKING:
     from ._runtime import RuntimeCore
 
-__all__ = ["Call", "CallContext", "Next", "Middleware", "PreparedTarget"]
+__all__ = ["Call", "Next", "Middleware", "PreparedTarget"]
 
 log = logging.getLogger("llmrt.actors")
 
@@ -152,9 +152,48 @@ class Call:
     watch_paused: bool = attrs.field(default=False, init=False)
     watch_done: bool = attrs.field(default=False, init=False)
     watch_entry: list[Any] | None = attrs.field(default=None, init=False)
+    _entered: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
+
+    # ---- ``async with``: start the call task, and on exit stop it ------------------------
+
+    async def __aenter__(self) -> Call:
+        """Start the call task (a checkpoint). A call can be entered once.
+
+        The call is its own context manager: an in-flight call is one object
+        less that way, which counts at tens of thousands of calls.
+        """
+        await trio.lowlevel.checkpoint()
+        if self._entered:
+            raise RuntimeError("this call was already streamed; ask rt.stream() for a new one")
+        self._entered = True
+        signal = self._signal
+        if signal is not None:
+            if signal.aborted:
+                self.abort(signal.reason)
+            else:
+                self._signal_key = signal._subscribe(self.abort)
+        self._core.start_call(self)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the call; return once its task has ended and the adapter's iterator is closed.
+
+        So leaving the block normally, by exception or by cancellation never
+        leaves adapter work behind.
+        """
+        if not self.watch_done:
+            # Cancel first: a producer parked inside the scope gets Cancelled; then
+            # leave(), which wakes one parked outside it (delivering its finish).
+            self._scope.cancel()
+            self._box.leave()
+            with trio.CancelScope(shield=True):
+                if not self.watch_done:
+                    self._done = trio.Event()
+                    await self._done.wait()
+        self._unsubscribe()
 
     # ---- the consumer's side -------------------------------------------------------------
 
@@ -183,7 +222,7 @@ class Call:
         else:
             box.park_getter()
             try:
-                item = await trio.lowlevel.wait_task_rescheduled(box.abort_get)
+                item = await trio.lowlevel.wait_task_rescheduled(box)
             except trio.EndOfChannel:
                 item = self._lost()
         cls = type(item)
@@ -244,8 +283,9 @@ class Call:
             if self._cause is not None:  # aborted before it started: no lookup, no I/O
                 item: Finish | _Raise = self._cause
             else:
-                clock = trio.lowlevel.current_clock().current_time
-                put_nowait = box.put_nowait
+                # The clock object and method calls on it and on ``box``: no bound
+                # method object per call lives in this frame.
+                clock = trio.lowlevel.current_clock()
                 direct = not core.middlewares
                 finish: Finish | None = None
                 failure: LlmFailure | None = None
@@ -254,7 +294,7 @@ class Call:
                 forwarded = 0
                 dropped = 0
                 saw_block = False
-                self.watch_last = clock()
+                self.watch_last = clock.current_time()
                 core.watchdog.watch(self)
                 with self._scope:
                     try:
@@ -269,7 +309,7 @@ class Call:
                             source = self._chain()(self.options)
                         if source is not None:
                             async for chunk in source:
-                                self.watch_last = clock()
+                                self.watch_last = clock.current_time()
                                 if self._cause is not None:
                                     break
                                 cls = type(chunk)
@@ -282,13 +322,13 @@ class Call:
                                     finish = _not_a_chunk(cls)
                                     break
                                 forwarded += 1
-                                if not put_nowait(chunk):
+                                if not box.put_nowait(chunk):
                                     self.watch_paused = True
                                     try:
                                         await box.put(chunk)
                                     finally:
                                         self.watch_paused = False
-                                        self.watch_last = clock()
+                                        self.watch_last = clock.current_time()
                     except Exception as exc:
                         if direct:
                             failure = failure_of(exc)
@@ -476,40 +516,3 @@ def _gate_replay(
     if kept is None:
         return options
     return msgspec.structs.replace(options, messages=tuple(kept))
-
-
-@attrs.define(eq=False, slots=True)
-class CallContext:
-    """``async with rt.stream(...) as call``: starts the call task, and on exit stops it.
-
-    Leaving the block (normally, by exception or by cancellation) returns only
-    after the call task has ended and the adapter's iterator is closed.
-    """
-
-    _core: RuntimeCore
-    _call: Call
-
-    async def __aenter__(self) -> Call:
-        await trio.lowlevel.checkpoint()
-        call = self._call
-        signal = call._signal
-        if signal is not None:
-            if signal.aborted:
-                call.abort(signal.reason)
-            else:
-                call._signal_key = signal._subscribe(call.abort)
-        self._core.start_call(call)
-        return call
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        call = self._call
-        if not call.watch_done:
-            # Cancel first: a producer parked inside the scope gets Cancelled; then
-            # leave(), which wakes one parked outside it (delivering its finish).
-            call._scope.cancel()
-            call._box.leave()
-            with trio.CancelScope(shield=True):
-                if not call.watch_done:
-                    call._done = trio.Event()
-                    await call._done.wait()
-        call._unsubscribe()

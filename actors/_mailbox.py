@@ -106,13 +106,18 @@ class Mailbox:
         returns the next item or raises `trio.EndOfChannel`.
 
         The consumer parks in its own frame (no ``get`` frame per waiting call);
-        call it only when `ready` and `closed` are False.
+        call it only when `ready` and `closed` are False. The mailbox itself
+        may stand for ``abort_get``.
         """
         self._getter = trio.lowlevel.current_task()
 
     def abort_get(self, _: object) -> trio.lowlevel.Abort:
         self._getter = None
         return trio.lowlevel.Abort.SUCCEEDED
+
+    #: The mailbox is also the parked getter's abort function, so that parking
+    #: makes no bound-method object: ``wait_task_rescheduled(box)``.
+    __call__ = abort_get
 
     def leave(self) -> None:
         """The consumer is gone: drop what is buffered and wake a parked producer."""

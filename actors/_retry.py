@@ -47,7 +47,7 @@ from llmrt import (
 )
 
 from ._abort import AbortSignal
-from ._call import Call, CallContext
+from ._call import Call
 
 if TYPE_CHECKING:
     from ._runtime import LlmRuntime, RuntimeCore
@@ -118,7 +118,7 @@ class RetryCall:
     _max_retry_after_ms: float
     #: The attempt in progress (1-based); 0 before the first.
     attempt: int = attrs.field(default=0, init=False)
-    _context: CallContext | None = attrs.field(default=None, init=False)
+    _context: Call | None = attrs.field(default=None, init=False)
     _call: Call | None = attrs.field(default=None, init=False)
     _output: bool = attrs.field(default=False, init=False)
     _pending_delay: float | None = attrs.field(default=None, init=False)

@@ -34,7 +34,7 @@ from llmrt import (
 )
 
 from ._abort import AbortSignal
-from ._call import Call, CallContext, Middleware, PreparedTarget
+from ._call import Call, Middleware, PreparedTarget
 from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
@@ -140,7 +140,7 @@ class PreparedCall:
     _route: Route
     _used: bool = attrs.field(default=False, init=False)
 
-    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> CallContext:
+    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> Call:
         """Like `LlmRuntime.stream`, through the registration captured at preparation.
 
         Raises `LlmError` ``INVALID_PREPARED_CALL`` on a second use or when the
@@ -166,7 +166,7 @@ class LlmRuntime:
 
     # ---- calls ---------------------------------------------------------------------------
 
-    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> CallContext:
+    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> Call:
         """Stream one call: ``async with rt.stream(options) as call: async for chunk in call``.
 
         Every call ends with exactly one terminal `Finish`. Adapter, lookup and
@@ -180,10 +180,9 @@ class LlmRuntime:
 
     def _stream(
         self, options: GenerateOptions, signal: AbortSignal | None, target: PreparedTarget | None
-    ) -> CallContext:
+    ) -> Call:
         core = self._core
-        call = Call(core, options, signal, target, core.default_idle_timeout)
-        return CallContext(core, call)
+        return Call(core, options, signal, target, core.default_idle_timeout)
 
     def stream_with_retry(
         self,

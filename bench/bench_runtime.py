@@ -85,7 +85,11 @@ QUICK = {"chunks": 20_000, "runs": 3, "aborts": 200, "calls": 2_000}
 #: Demo calls of 10 paced tokens at 5 tokens/s last about 2 s each.
 DEMO_RATE = 5.0
 DEMO_MAX_TOKENS = 10
-#: Demo calls for the abort-all phase: long enough to be streaming when aborted.
+#: Demo calls for the abort-all phase: the demo quotes the prompt, so a
+#: 500-word prompt makes an answer of about 530 tokens (over 100 s at 5
+#: tokens/s); every call is still streaming when it is aborted, however slow
+#: the ramp.
+DEMO_ABORT_PROMPT = " ".join(["word"] * 500)
 DEMO_ABORT_MAX_TOKENS = 1_000
 
 Measure = Callable[[], Awaitable[float]]
@@ -430,7 +434,11 @@ async def concurrency_runtime(calls: int) -> dict[str, Any]:
         out["abort_all"] = {}
         gc.collect()
         gc.freeze()
-        long_demo = msgspec.structs.replace(options, max_tokens=DEMO_ABORT_MAX_TOKENS)
+        long_demo = msgspec.structs.replace(
+            options,
+            messages=(user_message(DEMO_ABORT_PROMPT),),
+            max_tokens=DEMO_ABORT_MAX_TOKENS,
+        )
         out["abort_all"]["demo"] = await abort_all(rt, long_demo, calls, False)
         gc.unfreeze()
         for freeze in (False, True):
