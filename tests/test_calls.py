@@ -406,6 +406,21 @@ async def test_leaving_before_the_task_ran_still_cleans_up() -> None:
         assert rt.statistics().calls_in_flight == 0
 
 
+async def test_a_call_streams_once() -> None:
+    async with llmrt.open_runtime() as rt:
+        adapter = ScriptedAdapter(text_script(["x"]))
+        await rt.register_adapter(["p"], adapter)
+        stream = rt.stream(make())
+        async with stream as call:
+            chunks = [chunk async for chunk in call]
+        assert isinstance(finish_of(chunks).reason, FinishStop)
+        with pytest.raises(RuntimeError, match="already streamed"):
+            async with stream:
+                pass
+        assert len(adapter.requests) == 1
+        assert rt.statistics().calls_started == 1
+
+
 # ---- middleware ------------------------------------------------------------------------------
 
 
