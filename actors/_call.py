@@ -135,10 +135,12 @@ async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
 
 @attrs.define(eq=False, slots=True)
 class Call:
-    """An in-flight call, as its consumer sees it: ``async for chunk in call``.
+    """One call, as its consumer sees it: ``async with rt.stream(...) as call``.
 
-    Iteration yields token-level chunks and ends after the one terminal
-    `Finish`. Middleware exceptions are raised from iteration.
+    Entering starts the call task (once per call); ``async for chunk in
+    call`` yields token-level chunks and ends after the one terminal
+    `Finish`; leaving stops the task. Middleware exceptions are raised from
+    iteration.
     """
 
     _core: RuntimeCore
