@@ -261,7 +261,7 @@ class Call:
 
         Synchronous, idempotent, and a no-op once the call has ended or timed out.
         """
-        self._stop(_aborted(reason))
+        self._stop(_aborted(None if reason is None else str(reason)))  # hashable for the cache
 
     def abort_with(self, code: str, message: str) -> None:
         """Abort with a given code and message (used by the runtime and registrations)."""

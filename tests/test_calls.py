@@ -641,3 +641,19 @@ async def test_a_closed_runtime_still_ends_calls_with_one_finish() -> None:
     with pytest.raises(trio.ClosedResourceError):
         await rt.register_adapter(["q"], ScriptedAdapter([]))
     assert rt.statistics().calls_in_flight == 0
+
+
+async def test_an_abort_reason_that_is_not_a_string_still_aborts() -> None:
+    # The finish per reason is cached; an unhashable reason must not break abort().
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(STALL_AFTER_ONE))
+        ctl = llmrt.AbortController()
+        async with rt.stream(make(), signal=ctl.signal) as call:
+            chunks = []
+            async for chunk in call:
+                chunks.append(chunk)
+                if len(chunks) == 2:
+                    ctl.abort({"why": "a dict"})  # type: ignore[arg-type]
+    assert code_of(chunks) == ErrorCode.ABORTED
+    reason = finish_of(chunks).reason
+    assert isinstance(reason, FinishAborted) and "a dict" in reason.failure.message
