@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import attrs
 import trio
 
 __all__ = ["AbortController", "AbortSignal"]
+
+log = logging.getLogger("llmrt.actors")
 
 
 @attrs.define(eq=False)
@@ -57,7 +60,10 @@ class AbortSignal:
             self._event.set()
         listeners, self._listeners = self._listeners, {}
         for listener in listeners.values():
-            listener(reason)
+            try:
+                listener(reason)
+            except Exception:  # one failing listener must not spare the others
+                log.exception("an abort listener failed")
 
 
 @attrs.define(eq=False)

@@ -39,8 +39,10 @@ def make(provider: str = "p", text: str = "hi", **kw: object) -> GenerateOptions
     )
 
 
-async def collect(rt: llmrt.LlmRuntime, options: GenerateOptions) -> list[StreamChunk]:
-    async with rt.stream(options) as call:
+async def collect(
+    rt: llmrt.LlmRuntime, options: GenerateOptions, signal: llmrt.AbortSignal | None = None
+) -> list[StreamChunk]:
+    async with rt.stream(options, signal=signal) as call:
         return [chunk async for chunk in call]
 
 
@@ -657,3 +659,27 @@ async def test_an_abort_reason_that_is_not_a_string_still_aborts() -> None:
     assert code_of(chunks) == ErrorCode.ABORTED
     reason = finish_of(chunks).reason
     assert isinstance(reason, FinishAborted) and "a dict" in reason.failure.message
+
+
+async def test_a_failing_abort_listener_does_not_spare_the_other_calls(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(reason: str | None) -> None:
+        raise RuntimeError("listener bug")
+
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(STALL_AFTER_ONE))
+        ctl = llmrt.AbortController()
+        ctl.signal._subscribe(broken)
+        codes: list[str] = []
+
+        async def run() -> None:
+            codes.append(code_of(await collect(rt, make(), signal=ctl.signal)))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(run)
+            await trio.testing.wait_all_tasks_blocked()
+            ctl.abort("stop")
+    assert codes == [ErrorCode.ABORTED] * 3
+    assert "an abort listener failed" in caplog.text
