@@ -102,6 +102,20 @@ HTTP_SCRIPTS = {
 }
 
 
+#: Provider and model of each kind that is a plain ``rt.stream`` call.
+TARGETS = {
+    "demo": ("demo", "soak"),
+    "ok": ("ok", "soak"),
+    "raise": ("raise", "soak"),
+    "abort": ("stall", "soak"),
+    "timeout": ("stall-timeout", "soak"),
+    "leave": ("stall", "soak"),
+    "http": ("http", "answer"),
+    "http-abort": ("http", "stall"),
+    "http-error": ("http", "error"),
+}
+
+
 def route(recorded: RecordedRequest) -> SSEScript | ErrorScript:
     return HTTP_SCRIPTS[recorded.json["model"]]
 
@@ -148,25 +162,10 @@ async def one_call(
         config = prepared.config
         context = prepared.stream(request("ok", max_tokens=config.max_tokens), signal=signal)
     else:
-        options = {
-            "demo": request("demo"),
-            "ok": request("ok"),
-            "raise": request("raise"),
-            "abort": request("stall"),
-            "timeout": request("stall-timeout"),
-            "leave": request("stall"),
-            "http": request("http", model="answer"),
-            "http-abort": request("http", model="stall"),
-            "http-error": request("http", model="error"),
-        }[kind]
-        context = rt.stream(options, signal=signal)
+        provider, model = TARGETS[kind]
+        context = rt.stream(request(provider, model=model), signal=signal)
     async with context as call:
-        async for chunk in call:
-            if kind == "leave":
-                seen[1] += 1
-                return
-            if type(chunk) is Finish:
-                seen[0] += 1
+        await consume(call, kind == "leave", seen)
 
 
 async def gateway_call(
@@ -178,12 +177,17 @@ async def gateway_call(
         if kind == "gateway-abort":
             await wave.signal.wait()
             call.abort("soak")
-        async for chunk in call:
-            if kind == "gateway-leave":
-                seen[1] += 1
-                return
-            if type(chunk) is Finish:
-                seen[0] += 1
+        await consume(call, kind == "gateway-leave", seen)
+
+
+async def consume(call: AsyncIterator[Any], leave: bool, seen: list[int]) -> None:
+    """Read ``call`` to its finish (``seen[0]``), or leave after one chunk (``seen[1]``)."""
+    async for chunk in call:
+        if leave:
+            seen[1] += 1
+            return
+        if type(chunk) is Finish:
+            seen[0] += 1
 
 
 async def runtime_waves(waves: int, per_wave: int) -> list[dict[str, Any]]:
