@@ -118,7 +118,6 @@ class RetryCall:
     _max_retry_after_ms: float
     #: The attempt in progress (1-based); 0 before the first.
     attempt: int = attrs.field(default=0, init=False)
-    _context: Call | None = attrs.field(default=None, init=False)
     _call: Call | None = attrs.field(default=None, init=False)
     _output: bool = attrs.field(default=False, init=False)
     _pending_delay: float | None = attrs.field(default=None, init=False)
@@ -191,13 +190,13 @@ class RetryCall:
     async def _start_attempt(self) -> None:
         self.attempt += 1
         self._output = False
-        self._context = self._runtime.stream(self.options, signal=self._signal)
-        self._call = await self._context.__aenter__()
+        # Kept only once entered: a call whose start was cancelled has nothing to stop.
+        self._call = await self._runtime.stream(self.options, signal=self._signal).__aenter__()
 
     async def _end_attempt(self) -> None:
-        context, self._context, self._call = self._context, None, None
-        if context is not None:
-            await context.__aexit__(None, None, None)
+        call, self._call = self._call, None
+        if call is not None:
+            await call.__aexit__(None, None, None)
 
     async def _back_off(self, delay_ms: float) -> None:
         with trio.CancelScope() as scope:

@@ -359,3 +359,19 @@ async def test_mid_stream_disconnect_then_success_over_loopback() -> None:
         if isinstance(event, AttemptChunk) and event.attempt == 2:
             assembler.push(event.chunk)
     assert assembler.blocks() == (llmrt.TextBlock(text="Hello world"),)
+
+
+async def test_cancelled_while_an_attempt_starts_leaves_at_once() -> None:
+    # The consumer is cancelled at the checkpoint that starts the first
+    # attempt: leaving must not wait on a call task that never started.
+    async with llmrt.open_runtime() as rt:
+        adapter = ScriptedAdapter(text_script(["x"]))
+        await rt.register_adapter(["p"], adapter)
+        with trio.CancelScope() as scope:
+            async with rt.stream_with_retry(REQUEST) as call:
+                scope.cancel()
+                async for _ in call:
+                    pytest.fail("no event can arrive: the scope was cancelled first")
+        assert scope.cancelled_caught
+        assert adapter.requests == []
+        assert rt.statistics().calls_in_flight == 0
