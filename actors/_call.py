@@ -198,6 +198,8 @@ class Call:
         So leaving the block normally, by exception or by cancellation never
         leaves adapter work behind.
         """
+        if not self._entered:
+            return  # never started: no task to wait for
         if not self.watch_done:
             # Cancel first: a producer parked inside the scope gets Cancelled; then
             # leave(), which wakes one parked outside it (delivering its finish).
