@@ -48,6 +48,7 @@ from llmrt import (
     LlmFailure,
     ModelSource,
     ReasoningDelta,
+    Redactor,
     ResolvedRetryPolicy,
     StreamChunk,
     TextDelta,
@@ -386,11 +387,25 @@ class Call:
             return _Raise(raised)
         if finish is None:
             if failure is not None:
-                return Finish(reason=FinishError(failure=failure))
+                return Finish(reason=FinishError(failure=self._redactor().failure(failure)))
             return _error(ErrorCode.PROTOCOL, "the adapter's stream ended without a finish chunk")
-        if type(finish.reason) is FinishStop and not saw_block:
+        kind = type(finish.reason)
+        if kind is FinishStop and not saw_block:
             return _error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
+        if kind is FinishError or kind is FinishAborted:
+            # The last pass: an adapter that forgot to redact still cannot leak its key.
+            return self._redactor().finish(finish)
         return finish
+
+    def _redactor(self) -> Redactor:
+        """The serving adapter's redactor (phrasings only before one was selected)."""
+        registration = self._registration
+        if registration is not None:
+            try:
+                return registration.adapter.redactor()
+            except Exception:
+                log.warning("an adapter's redactor() failed; redacting phrasings only")
+        return Redactor()
 
     async def _drain(self, source: AsyncIterator[StreamChunk]) -> int:
         """Count what the adapter still emits after its finish, without waiting for it."""
@@ -435,7 +450,7 @@ class Call:
             async for chunk in source:
                 yield chunk
         except Exception as exc:
-            yield Finish(reason=FinishError(failure=failure_of(exc)))
+            yield Finish(reason=FinishError(failure=self._redactor().failure(failure_of(exc))))
         finally:
             if source is not None:
                 await _aclose(source)

@@ -24,8 +24,9 @@ policy bounds the attempts; the message carries the provider's explanation.
 Anthropic's ``timeout_error`` maps to ``TIMEOUT``.
 
 Messages quote the provider's error text (truncated), never the raw body in
-full, never request headers; key-like tokens the provider echoes back are
-redacted.
+full, never request headers; credential-looking phrases the provider echoes
+back are redacted here (`llmrt.Redactor` without secrets). The adapter, which
+knows its exact keys, redacts again with them (see ``_http.stream_events``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from llmrt import ErrorCode, LlmFailure
+from llmrt import ErrorCode, LlmFailure, Redactor
 
 __all__ = [
     "classify_http_error",
@@ -114,8 +115,7 @@ _REQUEST_ID_HEADERS = ("request-id", "x-request-id", "x-ds-trace-id")
 
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 # A provider echoing a (usually masked) key back: "Incorrect API key provided: sk-...".
-_KEY_ECHO = re.compile(r"(?i)(api[ _-]?key(?: provided)?\s*[:=]\s*)([^\s,;]+?)(?=[.,;]?(?:\s|$))")
-_KEY_TOKEN = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_*\-]{8,}")
+_PHRASES = Redactor()
 _HTML_TITLE = re.compile(rb"(?is)<title[^>]*>(.*?)</title>")
 _SPACES = re.compile(r"\s+")
 
@@ -321,8 +321,7 @@ def _describe_non_json(body: bytes) -> str:
 def _clean(text: str) -> str:
     """One line, key-like tokens redacted, at most MAX_MESSAGE_CHARS characters."""
     text = _SPACES.sub(" ", text).strip()
-    text = _KEY_ECHO.sub(r"\1[redacted]", text)
-    text = _KEY_TOKEN.sub("[redacted]", text)
+    text = _PHRASES.redact(text)
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 1] + "…"
     return text

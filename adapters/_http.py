@@ -16,10 +16,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Protocol, cast
 
+import attrs
 import httpx
 import trio
 
-from llmrt import ErrorCode, LlmError, StreamChunk, attribution_headers
+from llmrt import ErrorCode, Finish, LlmError, Redactor, StreamChunk, attribution_headers
 
 from ._classify import classify_http_error
 from ._sse import SSEParser
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "make_client",
     "read_api_key",
+    "KeyRedaction",
     "translate_http_error",
     "open_event_stream",
     "finish_body",
@@ -125,6 +127,26 @@ def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
     return value
 
 
+@attrs.define(eq=False)
+class KeyRedaction:
+    """An adapter's `Redactor` for the key now in its environment variable.
+
+    The key is read again on every call (it may change); the redactor is
+    rebuilt only when it did. Neither the key nor the redactor's secrets
+    enter a ``repr``.
+    """
+
+    _key: str | None = attrs.field(default=None, init=False, repr=False)
+    _redactor: Redactor = attrs.field(factory=Redactor, init=False, repr=False)
+
+    def of(self, env_var: str | None, environ: Mapping[str, str] | None = None) -> Redactor:
+        """The redactor of the key in ``env_var`` (phrasings only when unset). Never raises."""
+        key = (os.environ if environ is None else environ).get(env_var) if env_var else None
+        if key != self._key:
+            self._key, self._redactor = key, Redactor((key,))
+        return self._redactor
+
+
 def translate_http_error(exc: httpx.HTTPError) -> LlmError:
     """An httpx exception as an `LlmError` (``TIMEOUT``, ``NETWORK`` or ``PROTOCOL``)."""
     name = type(exc).__name__
@@ -155,14 +177,17 @@ async def open_event_stream(
     body: bytes,
     headers: Mapping[str, str],
     provider_kind: str,
+    redactor: Redactor | None = None,
 ) -> AsyncIterator[httpx.Response]:
     """POST ``body`` and yield the streaming response once it is a 2xx event stream.
 
     Raises `LlmError`: the classified failure for an error status, ``PROTOCOL``
     for a success that is not ``text/event-stream`` (an HTML page from a
-    proxy, say), or a translated transport error. The response is closed on
-    exit, however it is left.
+    proxy, say), or a translated transport error. Messages quoting the body
+    pass through ``redactor`` (default: credential-looking phrases only). The
+    response is closed on exit, however it is left.
     """
+    redactor = redactor if redactor is not None else Redactor()
     request = client.build_request("POST", path, content=body, headers=headers)
     try:
         response = await client.send(request, stream=True)
@@ -174,8 +199,10 @@ async def open_event_stream(
                 raw = await _read_bounded(response)
             except httpx.HTTPError:
                 raw = b""
-            raise LlmError.from_failure(
-                classify_http_error(provider_kind, response.status_code, response.headers, raw)
+            raise redactor.error(
+                LlmError.from_failure(
+                    classify_http_error(provider_kind, response.status_code, response.headers, raw)
+                )
             )
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" not in content_type.lower():
@@ -183,7 +210,8 @@ async def open_event_stream(
                 raw = await _read_bounded(response)
             except httpx.HTTPError:
                 raw = b""
-            snippet = raw[:120].decode("utf-8", "replace").strip()
+            # Redacted before the cut, which could split a secret.
+            snippet = redactor.redact(raw.decode("utf-8", "replace"))[:120].strip()
             raise LlmError(
                 ErrorCode.PROTOCOL,
                 f"expected an event stream, got {content_type or 'no content type'} "
@@ -263,15 +291,19 @@ async def stream_events(
     headers: Mapping[str, str],
     provider_kind: str,
     events: EventFeed,
+    redactor: Redactor | None = None,
 ) -> AsyncIterator[StreamChunk]:
     """POST ``body`` and stream the chunks ``events`` decodes from the response.
 
     The read that completes the stream is held until the rest of the body is
     read (`finish_body`), so the connection goes back to the pool. Raises
     `LlmError` as `open_event_stream` does, and for transport errors mid-body.
+    Every failure quoting the provider, raised or in-band, leaves through
+    ``redactor`` (default: credential-looking phrases only).
     """
+    redactor = redactor if redactor is not None else Redactor()
     async with open_event_stream(
-        client, path, body=body, headers=headers, provider_kind=provider_kind
+        client, path, body=body, headers=headers, provider_kind=provider_kind, redactor=redactor
     ) as response:
         try:
             async with aclosing(body_reads(response)) as reads:
@@ -279,12 +311,19 @@ async def stream_events(
                     chunks = events.feed(raw)
                     if events.finished:
                         await finish_body(reads)
-                        for chunk in chunks:
+                        for chunk in _redact_last(chunks, redactor):
                             yield chunk
                         return
                     for chunk in chunks:
                         yield chunk
         except httpx.HTTPError as exc:
             raise translate_http_error(exc) from None
-    for chunk in events.end():
+    for chunk in _redact_last(events.end(), redactor):
         yield chunk
+
+
+def _redact_last(chunks: list[StreamChunk], redactor: Redactor) -> list[StreamChunk]:
+    """The decoders put a failure only in the terminal finish, the last chunk they return."""
+    if chunks and type(chunks[-1]) is Finish:
+        chunks[-1] = redactor.chunk(chunks[-1])
+    return chunks

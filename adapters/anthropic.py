@@ -24,6 +24,7 @@ from llmrt import (
     LlmError,
     ModelInfo,
     ProviderInfo,
+    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -32,6 +33,7 @@ from llmrt import (
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._classify import classify_http_error
 from ._http import (
+    KeyRedaction,
     SSEFeed,
     make_client,
     read_api_key,
@@ -126,6 +128,7 @@ class AnthropicAdapter(Adapter):
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -166,7 +169,12 @@ class AnthropicAdapter(Adapter):
             headers=headers,
             provider_kind="anthropic",
             events=_AnthropicEvents(),
+            redactor=self.redactor(),
         )
+
+    def redactor(self) -> Redactor:
+        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
+        return self._redaction.of(self.api_key_env, self.environ)
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)
@@ -183,9 +191,11 @@ class AnthropicAdapter(Adapter):
         except httpx.HTTPError as exc:
             raise translate_http_error(exc) from None
         if response.status_code >= 300:
-            raise LlmError.from_failure(
-                classify_http_error(
-                    "anthropic", response.status_code, response.headers, response.content
+            raise self.redactor().error(
+                LlmError.from_failure(
+                    classify_http_error(
+                        "anthropic", response.status_code, response.headers, response.content
+                    )
                 )
             )
         try:

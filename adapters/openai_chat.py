@@ -32,6 +32,7 @@ from llmrt import (
     ModelReasoningInfo,
     ProviderInfo,
     ReasoningEffortInfo,
+    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -39,6 +40,7 @@ from llmrt import (
 
 from ._classify import classify_http_error
 from ._http import (
+    KeyRedaction,
     SSEFeed,
     make_client,
     read_api_key,
@@ -211,6 +213,7 @@ class OpenAIChatAdapter(Adapter):
     _preset: Preset = attrs.field(init=False, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         preset = PRESETS.get(self.preset)
@@ -253,7 +256,12 @@ class OpenAIChatAdapter(Adapter):
             headers=headers,
             provider_kind=self._preset.kind,
             events=_OpenAIEvents(self._preset.kind),
+            redactor=self.redactor(),
         )
+
+    def redactor(self) -> Redactor:
+        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
+        return self._redaction.of(self.api_key_env, self.environ)
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name or self._preset.display_name)
@@ -273,9 +281,11 @@ class OpenAIChatAdapter(Adapter):
         if response.status_code == 404 and self._table:
             ids = list(self._table)
         elif response.status_code >= 300:
-            raise LlmError.from_failure(
-                classify_http_error(
-                    self._preset.kind, response.status_code, response.headers, response.content
+            raise self.redactor().error(
+                LlmError.from_failure(
+                    classify_http_error(
+                        self._preset.kind, response.status_code, response.headers, response.content
+                    )
                 )
             )
         else:

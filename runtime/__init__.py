@@ -60,6 +60,8 @@ from ._errors import failure_of as failure_of
 from ._identity import AppIdentity as AppIdentity
 from ._identity import app_identity as app_identity
 from ._identity import attribution_headers as attribution_headers
+from ._redact import REDACTED as REDACTED
+from ._redact import Redactor as Redactor
 from ._request import CallConfigDefaults as CallConfigDefaults
 from ._request import ConfigurableProvider as ConfigurableProvider
 from ._request import DiscoveredModel as DiscoveredModel
@@ -156,6 +158,8 @@ __all__ = [
     "ReasoningBlock",
     "ReasoningDelta",
     "ReasoningEffortInfo",
+    "REDACTED",
+    "Redactor",
     "ReplayEnvelope",
     "ResolvedModelInfo",
     "ResolvedRetryPolicy",

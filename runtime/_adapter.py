@@ -6,6 +6,7 @@ import abc
 from collections.abc import AsyncIterator, Sequence
 
 from ._chunks import StreamChunk
+from ._redact import Redactor
 from ._request import GenerateOptions, ModelInfo, ProviderInfo, ResolvedModelInfo
 from ._retry import ResolvedRetryPolicy
 
@@ -22,7 +23,9 @@ class Adapter(abc.ABC):
     * tool-call arguments stay raw JSON strings;
     * a failure either raises (ideally `LlmError`) or ends the stream with an
       ``error``/``aborted`` finish carrying an `LlmFailure`;
-    * every HTTP request carries `attribution_headers()`.
+    * every HTTP request carries `attribution_headers()`;
+    * no secret it holds reaches a failure message, a log line or a ``repr``
+      (build a `Redactor` from the keys and override `redactor`).
 
     Cancellation is structured: the runtime iterates `stream` in its own task
     and cancels it, then closes the iterator, so an adapter releases its
@@ -51,6 +54,16 @@ class Adapter(abc.ABC):
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
         """Everything known about one exact model. Default: identity only (nothing known)."""
         return ResolvedModelInfo(provider=provider, id=model, name=model)
+
+    def redactor(self) -> Redactor:
+        """What removes this adapter's secrets (its API keys) from failure messages.
+
+        The runtime applies it to the failure of every call this adapter
+        serves, behind the adapter's own redaction, so a message that slipped
+        through still loses the key. Default: credential-looking phrases only.
+        Not a checkpoint; never raises.
+        """
+        return Redactor()
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release the adapter's resources (HTTP clients, ...). Default: nothing to release."""

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
 import attrs
+import msgspec
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
@@ -36,9 +37,11 @@ from llmrt import (
     AttemptChunk,
     DecodeError,
     ErrorCode,
+    Finish,
     GenerateOptions,
     LlmError,
     ModelInfo,
+    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
@@ -98,9 +101,13 @@ class GatewayState:
     grace: float = 0.0
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
+    #: Removes the token (and credential-looking phrases) from every failure sent.
+    redactor: Redactor = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
+        token = self.token.decode("utf-8", "replace") if self.token is not None else None
+        self.redactor = Redactor((token,))
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -380,15 +387,23 @@ class Connection:
                 request.space = trio.Event()
                 await request.space.wait()
 
+        redactor = self.state.redactor
         try:
             if request.attempt is None:
                 async with runtime.stream(options, signal=signal) as call:
                     async for chunk in call:
-                        await forward(chunk)
+                        # A failure travels only in the finish: redact it on its way out.
+                        await forward(redactor.finish(chunk) if type(chunk) is Finish else chunk)
             else:
                 async with runtime.stream_with_retry(options, policy=policy, signal=signal) as rc:
                     async for event in rc:
-                        await forward(event.chunk if isinstance(event, AttemptChunk) else event)
+                        if isinstance(event, AttemptChunk):
+                            await forward(redactor.chunk(event.chunk))
+                        else:
+                            failure = redactor.failure(event.failure)
+                            if failure is not event.failure:
+                                event = msgspec.structs.replace(event, failure=failure)
+                            await forward(event)
         except Exception as exc:
             # A middleware failed: the runtime raised it from the iteration.
             log.warning("call %r failed in middleware: %s", cid, type(exc).__name__)
@@ -414,7 +429,8 @@ class Connection:
                         value = await runtime.resolve_model_info(frame.provider, frame.model)
                     reply = ResultFrame(id=request.id, value=self.codec.raw(value))
             except LlmError as exc:
-                reply = _error(exc.code, exc.failure.message, request.id)
+                message = self.state.redactor.redact(exc.failure.message)
+                reply = _error(exc.code, message, request.id)
             except Exception as exc:
                 log.warning("request %r failed: %s", request.id, type(exc).__name__)
                 reply = _error(

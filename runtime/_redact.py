@@ -1,0 +1,148 @@
+"""`Redactor`: removes secrets from text that came from outside before it is passed on.
+
+A provider's error body may echo the request that caused it: the
+``Authorization`` header, an ``x-api-key`` header, a JSON field holding the
+key, an HTML page whose title quotes it. Such text becomes a failure message,
+which reaches consumers, gateway clients and logs. A `Redactor` is built from
+the exact secret values a component holds (an adapter's API keys, a gateway's
+token) and removes each of them wherever it occurs; it then removes what
+merely looks like a credential (``Bearer <token>``, ``x-api-key: <value>``,
+``token <value>``, ``sk-...``), so a key the component does not know about is
+caught too.
+
+A redactor is a value: components build one from what they hold and apply it
+where provider text turns into an `LlmFailure` (there is no registry of
+secrets). Its ``repr`` shows how many secrets it holds, never them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from collections.abc import Iterable
+
+import attrs
+import msgspec
+
+from ._chunks import Finish, FinishAborted, FinishError, StreamChunk
+from ._errors import LlmError, LlmFailure
+
+__all__ = ["REDACTED", "Redactor"]
+
+#: What a removed secret is replaced with.
+REDACTED = "[redacted]"
+_ELLIPSIS = "\u2026"
+#: The shortest start of a secret removed from the end of a cut message.
+_MIN_TAIL = 4
+
+# A credential-looking value: one run of token characters, at least 8 long.
+_VALUE = r"[A-Za-z0-9._~+/=\-]{8,}"
+_KEYWORD = (
+    r"(?i)(\b(?:bearer|basic|token|x-api-key|api[ _-]?key(?: provided)?|access[ _-]?key|"
+    r"authorization|secret|password)\b[\"']?"
+)
+# A keyword, ":" or "=" (quotes around either side allowed), then the value:
+# "api key provided: abc-def-ghi", '"x-api-key": "..."', "token=...".
+_ASSIGNED = re.compile(_KEYWORD + r"\s*[:=]\s*[\"']?\s*(?:bearer\s+)?)" + _VALUE)
+# A keyword and a space only ("Bearer ...", "token ..."): the value must hold a
+# digit, so prose such as "token limit" or "Bearer required" stays readable.
+_SPACED = re.compile(_KEYWORD + r"\s+(?:bearer\s+)?)(?=[A-Za-z0-9._~+/=\-]*[0-9])" + _VALUE)
+# Provider key shapes quoted bare: OpenAI/DeepSeek ``sk-...``, Anthropic ``sk-ant-...``.
+_KEY_SHAPE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_*\-]{8,}")
+
+
+def _variants(secret: str) -> tuple[str, ...]:
+    """The forms a secret takes when echoed: as is, JSON-escaped, URL-encoded."""
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret)[1:-1].replace("/", "\\/")}
+    forms.add(urllib.parse.quote(secret, safe=""))
+    forms.add(urllib.parse.quote_plus(secret, safe=""))
+    return tuple(forms)
+
+
+def _secrets(values: Iterable[str | None]) -> tuple[str, ...]:
+    found: set[str] = set()
+    for value in values:
+        if value:
+            found.update(_variants(value))
+    # Longest first: a secret that contains another is removed whole.
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+@attrs.frozen(repr=False)
+class Redactor:
+    """Removes the given secret values, then credential-looking phrases, from text.
+
+    ``Redactor(secrets)`` takes the exact values to remove (empty and None
+    entries are skipped); ``Redactor()`` removes only the phrasings. Values
+    are matched as given, JSON-escaped and URL-encoded, and a message that
+    was cut short inside a secret loses the secret's start (4 characters or
+    more) too. Pure, no I/O; safe to share between tasks.
+    """
+
+    _secrets: tuple[str, ...] = attrs.field(default=(), converter=_secrets, alias="secrets")
+    _exact: re.Pattern[str] | None = attrs.field(init=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        exact = re.compile("|".join(map(re.escape, self._secrets))) if self._secrets else None
+        # Frozen attrs classes allow this one write, in their own post-init.
+        object.__setattr__(self, "_exact", exact)
+
+    def __repr__(self) -> str:
+        return f"Redactor(<{len(self._secrets)} secret forms>)"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a Redactor holds secrets and is not picklable")
+
+    def with_secrets(self, secrets: Iterable[str | None]) -> Redactor:
+        """A redactor that removes this one's secrets and ``secrets`` too."""
+        return Redactor((*self._secrets, *secrets))
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret and credential-looking phrase replaced by ``[redacted]``."""
+        if self._exact is not None:
+            text = self._cut_tail(self._exact.sub(REDACTED, text))
+        text = _ASSIGNED.sub(r"\1" + REDACTED, text)
+        text = _SPACED.sub(r"\1" + REDACTED, text)
+        return _KEY_SHAPE.sub(REDACTED, text)
+
+    def _cut_tail(self, text: str) -> str:
+        """Remove the start of a secret where a message was cut short (``…`` or not)."""
+        body = text.removesuffix(_ELLIPSIS)
+        for secret in self._secrets:
+            for size in range(min(len(secret) - 1, len(body)), _MIN_TAIL - 1, -1):
+                if body.endswith(secret[:size]):
+                    return body[: len(body) - size] + REDACTED + text[len(body) :]
+        return text
+
+    def failure(self, failure: LlmFailure) -> LlmFailure:
+        """``failure`` with its message and request id redacted (the same object if clean)."""
+        message = self.redact(failure.message)
+        request_id = failure.request_id
+        if request_id is not None:
+            request_id = self.redact(request_id)
+        if message == failure.message and request_id == failure.request_id:
+            return failure
+        return msgspec.structs.replace(failure, message=message, request_id=request_id)
+
+    def error(self, exc: LlmError) -> LlmError:
+        """``exc`` itself if its failure is clean, else a new `LlmError` with the redacted one."""
+        failure = self.failure(exc.failure)
+        return exc if failure is exc.failure else LlmError.from_failure(failure)
+
+    def chunk(self, chunk: StreamChunk) -> StreamChunk:
+        """A finish carrying a failure, redacted; every other chunk as it is."""
+        return self.finish(chunk) if type(chunk) is Finish else chunk
+
+    def finish(self, finish: Finish) -> Finish:
+        """``finish`` with its failure redacted (the same object when nothing changed)."""
+        reason = finish.reason
+        if type(reason) is FinishError:
+            failure = self.failure(reason.failure)
+            if failure is not reason.failure:
+                return Finish(reason=FinishError(failure=failure))
+        elif type(reason) is FinishAborted:
+            failure = self.failure(reason.failure)
+            if failure is not reason.failure:
+                return Finish(reason=FinishAborted(failure=failure))
+        return finish
