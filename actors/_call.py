@@ -66,7 +66,7 @@ from ._topology import Route
 if TYPE_CHECKING:
     from ._runtime import RuntimeCore
 
-__all__ = ["Call", "Next", "Middleware", "PreparedTarget"]
+__all__ = ["Call", "Next", "Middleware", "PreparedTarget", "aborted_message"]
 
 log = logging.getLogger("llmrt.actors")
 
@@ -103,8 +103,17 @@ def _aborted(reason: str | None) -> Finish:
     A shared signal aborts its calls with one reason, so 10,000 calls share
     one finish instead of allocating 10,000 (four objects each) at once.
     """
-    message = f"aborted: {reason}" if reason else "the call was aborted"
+    message = aborted_message(reason)
     return Finish(reason=FinishAborted(failure=LlmFailure(message=message, code="ABORTED")))
+
+
+def aborted_message(reason: str | None) -> str:
+    """The message of an ``aborted`` failure: the reason itself.
+
+    Not "aborted: <reason>": the finish kind and the code already say it was
+    aborted, and whoever shows the message (the CLI, a gateway client) says so too.
+    """
+    return reason if reason else "the call was aborted"
 
 
 def _not_a_chunk(cls: type) -> Finish:

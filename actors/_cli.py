@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
+import attrs
 import trio
 
 import llmrt
@@ -39,6 +40,7 @@ from llmrt import (
 )
 
 from . import config as configuration
+from ._abort import AbortController
 
 __all__ = ["main"]
 
@@ -185,34 +187,99 @@ class _Printer:
         self.assembler = BlockAssembler()
 
 
+#: After Ctrl-C, how long the call may take to deliver its aborted finish before it is stopped.
+ABORT_BOUND = 0.5
+
+
+@attrs.define(eq=False)
+class _Interrupt:
+    """What Ctrl-C acts on: the call's abort signal, and the scope around the whole run.
+
+    ``phase`` says what the call is doing, for the report of what was aborted.
+    """
+
+    controller: AbortController = attrs.field(factory=AbortController)
+    run: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    phase: str = "starting"
+    #: ``time.perf_counter()`` of the first Ctrl-C, and the phase it interrupted.
+    at: float | None = None
+    interrupted: str | None = None
+    #: True once the run was stopped because the abort took longer than `ABORT_BOUND`.
+    forced: bool = False
+
+
 async def _run_events(
     args: argparse.Namespace,
     config: configuration.Config,
     options: GenerateOptions,
     environ: dict[str, str],
-    handle: Callable[[Any, Callable[[], None]], None],
+    handle: Callable[[Any], None],
+    interrupt: _Interrupt,
 ) -> None:
-    """Run a call, in-process or through a gateway; ``handle(event, abort)`` sees each event."""
+    """Run a call, in-process or through a gateway; ``handle(event)`` sees each event.
+
+    The call is aborted through ``interrupt.controller`` at any moment, even
+    before it has started.
+    """
+    signal_ = interrupt.controller.signal
     if args.via:
         from .client import open_gateway_client
 
         token = environ.get(args.token_env) or None
-        async with (
-            open_gateway_client(args.via, token=token) as client,
-            client.stream(options) as call,
-        ):
-            async for chunk in call:
-                handle(chunk, call.abort)
+        interrupt.phase = f"connecting to {args.via}"
+        async with open_gateway_client(args.via, token=token) as client:
+            if signal_.aborted:
+                return  # interrupted while connecting: no call was sent
+            interrupt.phase = "waiting for the first chunk"
+            async with client.stream(options) as remote, trio.open_nursery() as nursery:
+
+                async def forward_abort() -> None:
+                    await signal_.wait()
+                    remote.abort(signal_.reason)
+
+                nursery.start_soon(forward_abort)
+                async for chunk in remote:
+                    handle(chunk)
+                nursery.cancel_scope.cancel()
         return
     async with _configured_runtime(config) as rt:
+        interrupt.phase = "waiting for the first chunk"
         if args.retry:
-            async with rt.stream_with_retry(options) as retrying:
+            async with rt.stream_with_retry(options, signal=signal_) as retrying:
                 async for event in retrying:
-                    handle(event, retrying.abort)
+                    handle(event)
         else:
-            async with rt.stream(options) as call:
+            async with rt.stream(options, signal=signal_) as call:
                 async for chunk in call:
-                    handle(chunk, call.abort)
+                    handle(chunk)
+
+
+async def _watch_interrupts(
+    interrupt: _Interrupt, out: TextIO, what: str, *, task_status: trio.TaskStatus[None]
+) -> None:
+    """Ctrl-C aborts the call (bounded by `ABORT_BOUND`); a second one exits at once."""
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            async for _ in signals:
+                if interrupt.at is not None:
+                    out.write("\ninterrupted again: exiting now\n")
+                    out.flush()
+                    os._exit(130)
+                interrupt.at = time.perf_counter()
+                interrupt.interrupted = interrupt.phase
+                out.write(f"\n^C: aborting {what} ({interrupt.phase})\n")
+                out.flush()
+                if interrupt.phase.startswith("connecting"):
+                    interrupt.run.cancel()  # no call exists yet: stop connecting
+                interrupt.controller.abort()
+                nursery.start_soon(_bound_abort, interrupt)
+
+
+async def _bound_abort(interrupt: _Interrupt) -> None:
+    await trio.sleep(ABORT_BOUND)
+    interrupt.forced = True
+    interrupt.run.cancel()
 
 
 async def _call(
@@ -233,40 +300,32 @@ async def _call(
     started = time.perf_counter()
     first: float | None = None
     ended = started
-    aborted_at: float | None = None
     finish: Finish | None = None
-    abort: Callable[[], None] | None = None
+    interrupt = _Interrupt()
 
-    def handle(event: Any, abort_call: Callable[[], None]) -> None:
-        nonlocal first, ended, finish, abort
-        abort = abort_call
+    def handle(event: Any) -> None:
+        nonlocal first, ended, finish
         if isinstance(event, RetryScheduled):
             printer.retry(event)
             return
         chunk = event.chunk if isinstance(event, AttemptChunk) else event
         if first is None and isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
             first = time.perf_counter()
+            interrupt.phase = "streaming"
         if isinstance(chunk, Finish):
             finish = chunk
             ended = time.perf_counter()
         else:
             printer.chunk(chunk)
 
-    async def on_interrupt(*, task_status: trio.TaskStatus[None]) -> None:
-        # Ctrl-C aborts the call (and is timed) instead of tearing the run down.
-        nonlocal aborted_at
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
-            task_status.started()
-            async for _ in signals:
-                if abort is not None and aborted_at is None:
-                    aborted_at = time.perf_counter()
-                    abort()
-
+    what = f"the call to {options.provider}/{options.model}"
     async with trio.open_nursery() as nursery:
-        await nursery.start(on_interrupt)
-        await _run_events(args, config, options, environ, handle)
+        await nursery.start(_watch_interrupts, interrupt, out, what)
+        with interrupt.run:
+            await _run_events(args, config, options, environ, handle, interrupt)
         nursery.cancel_scope.cancel()
-    total = time.perf_counter() - started
+    stopped = time.perf_counter()
+    total = stopped - started
     out.write("\n")
     usage = printer.assembler.usage
     summary = []
@@ -281,13 +340,28 @@ async def _call(
     summary.append(f"total {1000 * total:.1f} ms")
     out.write(style(_DIM, " | ".join(summary)) + "\n")
     if finish is None:
+        if interrupt.at is not None:
+            # Interrupted before the call could end with a finish (connecting, or past the bound).
+            why = (
+                f"no finish within {ABORT_BOUND:g} s, stopped"
+                if interrupt.forced
+                else "stopped before the call was sent"
+            )
+            out.write(
+                style(
+                    _RED,
+                    f"aborted {what} while {interrupt.interrupted}: {why} "
+                    f"(abort took {1000 * (stopped - interrupt.at):.1f} ms)\n",
+                )
+            )
+            return 130
         out.write(style(_RED, "the call ended without a finish\n"))
         return 1
     reason = finish.reason
     if isinstance(reason, FinishAborted):
         latency = ""
-        if aborted_at is not None:
-            latency = f" (abort -> finish {1e6 * (ended - aborted_at):.0f} us)"
+        if interrupt.at is not None:
+            latency = f" (abort -> finish {1e6 * (ended - interrupt.at):.0f} us)"
         out.write(style(_RED, f"aborted: {reason.failure.message}{latency}\n"))
         return 130
     if isinstance(reason, FinishError):

@@ -47,7 +47,7 @@ from llmrt import (
 )
 
 from ._abort import AbortSignal
-from ._call import Call
+from ._call import Call, aborted_message
 
 if TYPE_CHECKING:
     from ._runtime import LlmRuntime, RuntimeCore
@@ -138,7 +138,7 @@ class RetryCall:
         """End the whole call at once with one ``aborted`` finish (in an attempt or a back-off)."""
         if self._ended or self._abort is not None:
             return
-        message = f"aborted: {reason}" if reason else "the call was aborted"
+        message = aborted_message(reason)
         self._abort = FinishAborted(failure=LlmFailure(message=message, code=ErrorCode.ABORTED))
         if self._call is not None:
             self._call.abort(reason)

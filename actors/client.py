@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import urllib.parse
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import attrs
@@ -33,7 +34,7 @@ from trio_websocket import (
     ConnectionRejected,
     HandshakeError,
     WebSocketConnection,
-    open_websocket_url,
+    connect_websocket_url,
 )
 
 from llmrt import (
@@ -54,6 +55,7 @@ from llmrt import (
 
 from .gateway._protocol import (
     JSON,
+    MAX_ABORT_REASON,
     MSGPACK,
     PROTOCOL,
     AbortFrame,
@@ -150,12 +152,14 @@ class RemoteCall:
         """Ask the gateway to abort the call: it ends with one ``aborted`` finish.
 
         Synchronous and idempotent; a no-op once the call has ended. ``reason``
-        stays local (the protocol's ``abort`` frame carries none).
+        travels in the ``abort`` frame (cut to 256 characters) and comes back
+        quoted in the finish's message.
         """
         if self._aborted or self._ended or self.id not in self._client._calls:
             return
         self._aborted = True
-        self._client._send_soon(AbortFrame(id=self.id))
+        text = None if reason is None else str(reason)[:MAX_ABORT_REASON] or None
+        self._client._send_soon(AbortFrame(id=self.id, reason=text))
 
     # ---- the reader's side -------------------------------------------------------------------
 
@@ -397,19 +401,103 @@ class GatewayClient:
             waiter.done.set()
 
 
-def _translate_handshake(exc: BaseException) -> LlmError:
+#: Bound on the closing handshake when the client leaves.
+_CLOSE_TIMEOUT = 2.0
+
+
+def _endpoint(url: str) -> str:
+    """``host:port`` of a ``ws://`` / ``wss://`` URL, for messages (never credentials)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "wss" else 80)
+    except ValueError:
+        return "an invalid URL"
+    host = parts.hostname or "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _translate_handshake(exc: BaseException, endpoint: str, *, token_sent: bool) -> LlmError:
+    """A failed connect or handshake as an `LlmError` naming the endpoint, never the token."""
     if isinstance(exc, ConnectionRejected):
         status = exc.status_code
         if status == 401:
-            return LlmError(ErrorCode.AUTH, "the gateway refused the token", status=status)
+            if token_sent:
+                message = f"the gateway at {endpoint} refused the token"
+            else:
+                message = f"the gateway at {endpoint} requires a bearer token and none was sent"
+            return LlmError(ErrorCode.AUTH, message, status=status)
         if status == 503:
             return LlmError(
-                ErrorCode.OVERLOADED, "the gateway refused the connection", status=status
+                ErrorCode.OVERLOADED,
+                f"the gateway at {endpoint} refused the connection",
+                status=status,
             )
         return LlmError(
-            ErrorCode.NETWORK, f"the gateway refused the handshake ({status})", status=status
+            ErrorCode.NETWORK,
+            f"the gateway at {endpoint} refused the handshake ({status})",
+            status=status,
         )
-    return LlmError(ErrorCode.NETWORK, f"cannot connect to the gateway: {type(exc).__name__}")
+    cause = exc.__cause__ if isinstance(exc, HandshakeError) and exc.__cause__ else exc
+    if isinstance(cause, OSError):
+        detail = cause.strerror or str(cause) or type(cause).__name__
+    else:
+        detail = str(cause) or type(cause).__name__
+    return LlmError(
+        ErrorCode.NETWORK, f"cannot connect to the gateway at {endpoint}: {detail.lower()}"
+    )
+
+
+async def _connect(
+    nursery: trio.Nursery,
+    url: str,
+    endpoint: str,
+    *,
+    codec: Codec,
+    headers: list[tuple[bytes, bytes]],
+    max_frame_bytes: int,
+    connect_timeout: float,
+    token_sent: bool,
+) -> tuple[WebSocketConnection, HelloFrame]:
+    """Open the websocket (its reader task goes in ``nursery``) and read ``hello``.
+
+    The whole of it, TCP connect, upgrade and ``hello``, is bounded by
+    ``connect_timeout``: trio-websocket's own ``open_websocket`` bounds the
+    upgrade but then waits for a reader task that nothing cancels, so a peer
+    that accepts TCP and stays silent held it forever. Here the reader lives
+    in the caller's nursery, which the caller cancels when this raises.
+    """
+    try:
+        with trio.fail_after(connect_timeout):
+            ws = await connect_websocket_url(
+                nursery,
+                url,
+                subprotocols=[codec.subprotocol],
+                extra_headers=headers,
+                max_message_size=max_frame_bytes,
+            )
+            try:
+                first = await ws.get_message()
+            except ConnectionClosed as exc:
+                raise LlmError(
+                    ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
+                ) from None
+    except trio.TooSlowError:
+        raise LlmError(
+            ErrorCode.NETWORK,
+            f"the gateway at {endpoint} did not answer within {connect_timeout:g} s "
+            "(connect timeout)",
+        ) from None
+    except (HandshakeError, OSError) as exc:
+        raise _translate_handshake(exc, endpoint, token_sent=token_sent) from None
+    try:
+        hello = codec.decode_server(first)
+    except DecodeError as exc:
+        raise LlmError(
+            ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
+        ) from None
+    if not isinstance(hello, HelloFrame) or hello.protocol != PROTOCOL:
+        raise LlmError(ErrorCode.PROTOCOL, f"the server at {endpoint} does not speak {PROTOCOL}")
+    return ws, hello
 
 
 @asynccontextmanager
@@ -426,53 +514,57 @@ async def open_gateway_client(
 
     ``token`` goes in an ``Authorization: Bearer`` header; ``msgpack`` selects
     the ``llmrt.v1.msgpack`` subprotocol; ``call_buffer`` bounds the chunks
-    buffered per call. Leaving the block closes the websocket (the gateway then
-    cancels calls still running).
+    buffered per call. Connecting (TCP, upgrade and the ``hello`` frame) takes
+    at most ``connect_timeout`` seconds whatever the peer does. Leaving the
+    block closes the websocket (the gateway then cancels calls still running).
 
-    Raises `LlmError`: ``AUTH`` (token refused), ``OVERLOADED`` (the gateway
-    is full or shutting down), ``NETWORK`` (cannot connect, other refusals),
-    ``PROTOCOL`` (the server does not speak ``llmrt.v1``).
+    Raises `LlmError`: ``AUTH`` (token refused or missing), ``OVERLOADED``
+    (the gateway is full or shutting down), ``NETWORK`` (cannot connect, the
+    connect timeout passed, other refusals; the message names the endpoint),
+    ``PROTOCOL`` (the server does not speak ``llmrt.v1``); `ValueError` for a
+    URL that is not ``ws://`` or ``wss://``.
     """
     if call_buffer < 1:
         raise ValueError(f"call_buffer must be a positive integer, got {call_buffer!r}")
+    if not 0 < connect_timeout < float("inf"):
+        raise ValueError(f"connect_timeout must be positive and finite, got {connect_timeout!r}")
+    if urllib.parse.urlsplit(url).scheme not in ("ws", "wss"):
+        raise ValueError(f"a gateway URL starts with ws:// or wss://, got {url!r}")
+    endpoint = _endpoint(url)
     codec = MSGPACK if msgpack else JSON
     headers = [(b"Authorization", b"Bearer " + token.encode())] if token else []
-    async with AsyncExitStack() as stack:
-        try:
-            ws = await stack.enter_async_context(
-                open_websocket_url(
-                    url,
-                    subprotocols=[codec.subprotocol],
-                    extra_headers=headers,
-                    max_message_size=max_frame_bytes,
-                    connect_timeout=connect_timeout,
-                )
+    try:
+        # One nursery for trio-websocket's reader and the client's tasks:
+        # whatever leaves it (a failed connect included) cancels them all.
+        async with trio.open_nursery() as nursery:
+            ws, hello = await _connect(
+                nursery,
+                url,
+                endpoint,
+                codec=codec,
+                headers=headers,
+                max_frame_bytes=max_frame_bytes,
+                connect_timeout=connect_timeout,
+                token_sent=bool(token),
             )
-        except (HandshakeError, OSError) as exc:
-            raise _translate_handshake(exc) from None
-        try:
-            with trio.fail_after(connect_timeout):
-                first = await ws.get_message()
-            hello = codec.decode_server(first)
-        except (ConnectionClosed, DecodeError, trio.TooSlowError) as exc:
-            raise LlmError(ErrorCode.PROTOCOL, f"no hello frame from the gateway: {exc}") from None
-        if not isinstance(hello, HelloFrame) or hello.protocol != PROTOCOL:
-            raise LlmError(ErrorCode.PROTOCOL, f"the server does not speak {PROTOCOL}")
-        try:
-            async with trio.open_nursery() as nursery:
-                client = GatewayClient(
-                    ws=ws, codec=codec, hello=hello, nursery=nursery, call_buffer=call_buffer
-                )
+            client = GatewayClient(
+                ws=ws, codec=codec, hello=hello, nursery=nursery, call_buffer=call_buffer
+            )
+            try:
                 nursery.start_soon(client._read)
-                try:
-                    yield client
-                finally:
-                    client._closed = True
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # Only the body can raise (the reader never does): give the caller
-            # its own exception, not a group around it.
-            if len(group.exceptions) == 1:
-                inner = group.exceptions[0]
-                raise inner from inner.__cause__
-            raise
+                yield client
+            finally:
+                client._closed = True
+                # Closed while the reader still runs: it receives the peer's close.
+                with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                    await ws.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # Give the caller one exception, not a group around it: the body's own,
+        # or a refusal that trio-websocket's reader raised during the upgrade.
+        if len(group.exceptions) == 1:
+            inner = group.exceptions[0]
+            if isinstance(inner, HandshakeError):
+                raise _translate_handshake(inner, endpoint, token_sent=bool(token)) from None
+            raise inner from inner.__cause__
+        raise

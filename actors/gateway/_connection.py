@@ -277,6 +277,8 @@ class Connection:
                     await self._reply(
                         _error(GatewayErrorCode.UNKNOWN_ID, "no live request has this id", frame.id)
                     )
+                elif frame.reason:
+                    request.abort(f"the client aborted the call: {frame.reason}")
                 else:
                     request.abort("the client aborted the call")
             case ListProvidersFrame():

@@ -168,6 +168,8 @@ class Limits:
 # ---- frames ----------------------------------------------------------------------------------
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+#: The longest abort reason a client may send, in characters.
+MAX_ABORT_REASON = 256
 _Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 
@@ -189,6 +191,8 @@ class CallFrame(_Frame, frozen=True, tag="call"):
 
 class AbortFrame(_Frame, frozen=True, tag="abort"):
     id: _Id
+    #: Why the client aborts; quoted in the call's ``aborted`` finish.
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_ABORT_REASON)] | None = None
 
 
 class ListProvidersFrame(_Frame, frozen=True, tag="list-providers"):
