@@ -26,6 +26,7 @@ from llmrt import (
     AttemptChunk,
     BlockAssembler,
     BlockEnd,
+    ErrorCode,
     Finish,
     FinishAborted,
     FinishError,
@@ -46,6 +47,7 @@ __all__ = ["main"]
 
 DEFAULT_PORT = 8765
 DEFAULT_TOKEN_ENV = "LLMRT_GATEWAY_TOKEN"
+DEFAULT_CONNECT_TIMEOUT = 10.0
 _DIM, _BOLD, _RESET, _CYAN, _RED = "\x1b[2m", "\x1b[1m", "\x1b[0m", "\x1b[36m", "\x1b[31m"
 
 
@@ -102,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         "--via", metavar="URL", default=None, help="call through a gateway (ws://host:port/)"
     )
     call.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
+    _connect_timeout_option(call)
     call.add_argument("--no-color", action="store_true", help="plain output")
 
     add("providers", "List the configured provider routes.")
@@ -110,7 +113,25 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("provider", help="provider route")
     models.add_argument("--via", metavar="URL", default=None, help="ask a gateway instead")
     models.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
+    _connect_timeout_option(models)
     return parser
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a positive, finite number of seconds, not {text!r}")
+    return value
+
+
+def _connect_timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"bound on connecting to the gateway of --via (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
 
 
 # ---- runtime set-up ----------------------------------------------------------------------
@@ -140,6 +161,32 @@ def _default_model(config: configuration.Config, provider: str) -> str:
     if spec.adapter == "anthropic":
         return "claude-sonnet-4-5"
     raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
+
+
+@asynccontextmanager
+async def _gateway(args: argparse.Namespace, environ: dict[str, str]) -> AsyncIterator[Any]:
+    """The client of ``--via``, its token from ``--token-env``; refusals say how to fix them."""
+    from .client import open_gateway_client
+
+    token = environ.get(args.token_env) or None
+    connected = False
+    try:
+        async with open_gateway_client(
+            args.via, token=token, connect_timeout=args.connect_timeout
+        ) as client:
+            connected = True
+            yield client
+    except LlmError as exc:
+        if connected or exc.code != ErrorCode.AUTH:
+            raise
+        # The client's words fit Python callers; a CLI user sets a variable.
+        hint = (
+            f"set ${args.token_env} (or name another variable with --token-env)"
+            if token is None
+            else f"check the token in ${args.token_env}"
+        )
+        message = f"{exc.failure.message}: {hint}"
+        raise LlmError(exc.code, message, status=exc.failure.status) from None
 
 
 # ---- call ----------------------------------------------------------------------------------
@@ -223,11 +270,8 @@ async def _run_events(
     """
     signal_ = interrupt.controller.signal
     if args.via:
-        from .client import open_gateway_client
-
-        token = environ.get(args.token_env) or None
         interrupt.phase = f"connecting to {args.via}"
-        async with open_gateway_client(args.via, token=token) as client:
+        async with _gateway(args, environ) as client:
             if signal_.aborted:
                 return  # interrupted while connecting: no call was sent
             interrupt.phase = "waiting for the first chunk"
@@ -383,8 +427,15 @@ async def _serve(
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     from .gateway import serve_gateway
+    from .gateway._server import _is_loopback
 
     token = environ.get(args.token_env) or None
+    if token is None and not _is_loopback(args.host):
+        raise ValueError(
+            f"refusing to serve on the non-loopback host {args.host!r} without a token: "
+            f"set ${args.token_env} (or name another variable with --token-env); "
+            "clients then present it as a bearer token"
+        )
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
         serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
         server = await nursery.start(serve)
@@ -418,10 +469,7 @@ async def _models(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
     if args.via:
-        from .client import open_gateway_client
-
-        token = environ.get(args.token_env) or None
-        async with open_gateway_client(args.via, token=token) as client:
+        async with _gateway(args, environ) as client:
             models = await client.list_models(args.provider)
     else:
         async with _configured_runtime(config) as rt:
@@ -472,6 +520,10 @@ def main(
     except (ValueError, OSError) as exc:
         print(f"llmrt: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before the call's own handler was installed (or after it ended).
+        print("llmrt: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

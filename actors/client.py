@@ -438,13 +438,23 @@ def _translate_handshake(exc: BaseException, endpoint: str, *, token_sent: bool)
             status=status,
         )
     cause = exc.__cause__ if isinstance(exc, HandshakeError) and exc.__cause__ else exc
-    if isinstance(cause, OSError):
-        detail = cause.strerror or str(cause) or type(cause).__name__
-    else:
-        detail = str(cause) or type(cause).__name__
     return LlmError(
-        ErrorCode.NETWORK, f"cannot connect to the gateway at {endpoint}: {detail.lower()}"
+        ErrorCode.NETWORK, f"cannot connect to the gateway at {endpoint}: {_why(cause)}"
     )
+
+
+def _why(exc: BaseException) -> str:
+    """The OS's reason(s) for a failed connect: trio tries every address and groups their errors."""
+    causes: list[BaseException] = [exc]
+    if isinstance(exc.__cause__, BaseExceptionGroup):
+        causes = list(exc.__cause__.exceptions)
+    elif exc.__cause__ is not None:
+        causes = [exc.__cause__]
+    reasons = {
+        (c.strerror if isinstance(c, OSError) and c.strerror else str(c) or type(c).__name__)
+        for c in causes
+    }
+    return ", ".join(sorted(r.lower() for r in reasons))
 
 
 async def _connect(

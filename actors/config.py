@@ -15,6 +15,7 @@ values are never read beyond "set and non-empty", logged or echoed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -33,6 +34,7 @@ from llmrt import (
     NormalRetryPolicy,
     ResolvedRetryPolicy,
 )
+from llmrt._nesting import MAX_NESTING, toml_too_deep
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter
@@ -254,6 +256,13 @@ def _read(file: str, *, explicit: bool) -> str | None:
 
 
 def _parse(text: str, ctx: _Context) -> tuple[FileTable, dict[Path, int]]:
+    if toml_too_deep(text):
+        # tomllib recurses: a deep enough file raises RecursionError, not a syntax error.
+        raise ConfigError(
+            ctx.file,
+            _too_deep_line(text),
+            f"arrays or inline tables nested more than {MAX_NESTING} levels deep",
+        )
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -272,6 +281,23 @@ def _parse(text: str, ctx: _Context) -> tuple[FileTable, dict[Path, int]]:
         raise _from_msgspec(ctx, str(exc)) from None
     _refuse_foreign_keys(ctx, raw)
     return table, ctx.lines
+
+
+def _too_deep_line(text: str) -> int:
+    """The 1-based line where ``text`` first nests too deep (known to happen somewhere).
+
+    A prefix nests at least as deep as any shorter one, so the shortest
+    too-deep prefix of whole lines is found by bisection.
+    """
+    ends = list(itertools.accumulate(len(line) for line in text.splitlines(keepends=True)))
+    low, high = 0, len(ends) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if toml_too_deep(text[: ends[middle]]):
+            high = middle
+        else:
+            low = middle + 1
+    return low + 1
 
 
 def _refuse_secrets(ctx: _Context, value: object, path: Path) -> None:

@@ -1,0 +1,76 @@
+"""The ``llmrt`` command line as a real process, driven from a trio test.
+
+The test's own servers (a local upstream, a gateway, a silent listener) run
+in the test's trio loop while the CLI runs in a child process, so signals
+and sockets are real. Every wait is bounded by the caller's ``fail_after``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import attrs
+import trio
+
+CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+
+
+@attrs.define(eq=False)
+class CliProcess:
+    proc: trio.Process
+    out: bytearray = attrs.field(factory=bytearray)
+    err: bytearray = attrs.field(factory=bytearray)
+
+    @property
+    def text(self) -> str:
+        return self.out.decode("utf-8", "replace")
+
+    async def read_until(self, needle: str) -> str:
+        """Read stdout until it holds ``needle``; raises AssertionError if it ends first."""
+        assert self.proc.stdout is not None
+        while needle.encode() not in self.out:
+            data = await self.proc.stdout.receive_some(65536)
+            if not data:
+                raise AssertionError(f"stdout ended before {needle!r}: {self.text!r}")
+            self.out += data
+        return self.text
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+
+    async def finish(self) -> tuple[int, str, str]:
+        """Read both pipes to their end and wait for the exit: (status, stdout, stderr)."""
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+
+        async def drain(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+            while data := await stream.receive_some(65536):
+                into += data
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain, self.proc.stdout, self.out)
+            nursery.start_soon(drain, self.proc.stderr, self.err)
+        status = await self.proc.wait()
+        return status, self.text, self.err.decode("utf-8", "replace")
+
+
+async def spawn_cli(*argv: str, env: dict[str, str] | None = None) -> CliProcess:
+    """Start ``llmrt ARGV...`` with the test's environment minus any real API key."""
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    environ.pop("LLMRT_GATEWAY_TOKEN", None)
+    environ.update(env or {})
+    environ["PYTHONUNBUFFERED"] = "1"
+    proc = await trio.lowlevel.open_process(
+        [*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ
+    )
+    return CliProcess(proc)
+
+
+async def kill(cli: CliProcess) -> None:
+    """Make sure the child is gone (a failed assertion must not leave it running)."""
+    if cli.proc.returncode is None:
+        cli.proc.kill()
+        with trio.CancelScope(shield=True):
+            await cli.proc.wait()
