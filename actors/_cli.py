@@ -236,6 +236,8 @@ class _Printer:
 
 #: After Ctrl-C, how long the call may take to deliver its aborted finish before it is stopped.
 ABORT_BOUND = 0.5
+#: After Ctrl-C, when the process exits even if stopping the call has not finished.
+EXIT_BOUND = 0.9
 
 
 @attrs.define(eq=False)
@@ -317,13 +319,19 @@ async def _watch_interrupts(
                 if interrupt.phase.startswith("connecting"):
                     interrupt.run.cancel()  # no call exists yet: stop connecting
                 interrupt.controller.abort()
-                nursery.start_soon(_bound_abort, interrupt)
+                nursery.start_soon(_bound_abort, interrupt, out)
 
 
-async def _bound_abort(interrupt: _Interrupt) -> None:
+async def _bound_abort(interrupt: _Interrupt, out: TextIO) -> None:
+    """Stop a call whose abort takes too long; exit outright if even stopping it hangs."""
     await trio.sleep(ABORT_BOUND)
     interrupt.forced = True
     interrupt.run.cancel()
+    # Cleanup that outlives this (an adapter stuck closing) is not waited for.
+    await trio.sleep(EXIT_BOUND - ABORT_BOUND)
+    out.write(f"\naborted: cleanup did not end within {EXIT_BOUND:g} s; exiting now\n")
+    out.flush()
+    os._exit(130)
 
 
 async def _call(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -565,9 +566,16 @@ async def open_gateway_client(
                 yield client
             finally:
                 client._closed = True
-                # Closed while the reader still runs: it receives the peer's close.
-                with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                if trio.current_effective_deadline() == -math.inf:
+                    # Cancelled: trio-websocket's reader is cancelled too, so nothing
+                    # would receive the gateway's answer to a closing handshake.
+                    # Unshielded, aclose closes the TCP stream at once (which ends
+                    # the connection for the gateway) and keeps the exception in flight.
                     await ws.aclose()
+                else:
+                    # The reader still runs: it receives the gateway's close.
+                    with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                        await ws.aclose()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # Give the caller one exception, not a group around it: the body's own,
