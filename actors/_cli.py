@@ -273,6 +273,8 @@ async def _run_events(
     signal_ = interrupt.controller.signal
     if args.via:
         interrupt.phase = f"connecting to {args.via}"
+        if signal_.aborted:
+            return  # interrupted before connecting
         async with _gateway(args, environ) as client:
             if signal_.aborted:
                 return  # interrupted while connecting: no call was sent

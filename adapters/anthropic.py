@@ -189,7 +189,7 @@ class AnthropicAdapter(Adapter):
                 "/v1/models", headers=self._headers("application/json")
             )
         except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
+            raise self.redactor().error(translate_http_error(exc)) from None
         if response.status_code >= 300:
             raise self.redactor().error(
                 LlmError.from_failure(

@@ -277,7 +277,7 @@ class OpenAIChatAdapter(Adapter):
         try:
             response = await self._client.get("/models", headers=headers)
         except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
+            raise self.redactor().error(translate_http_error(exc)) from None
         if response.status_code == 404 and self._table:
             ids = list(self._table)
         elif response.status_code >= 300:

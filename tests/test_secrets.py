@@ -15,6 +15,7 @@ from functools import partial
 
 import pytest
 import trio
+from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import REDACTED, ErrorCode, Finish, FinishError, GenerateOptions, Redactor, StreamChunk
@@ -169,7 +170,7 @@ def test_config_and_adapters_built_from_it_hold_no_key_in_their_repr() -> None:
     ],
 )
 def test_redactor_removes_exact_values_their_forms_and_phrasings(text: str, kept: str) -> None:
-    redactor = Redactor((KEY + "/", KEY))
+    redactor = Redactor((KEY + "/",)).with_secrets((KEY, None))
     out = redactor.redact(text)
     assert KEY[:6] not in out
     assert out.startswith(kept) and REDACTED in out
@@ -187,3 +188,31 @@ def test_redactor_removes_exact_values_their_forms_and_phrasings(text: str, kept
 )
 def test_phrasings_leave_prose_alone(prose: str) -> None:
     assert Redactor().redact(prose) == prose
+
+
+async def test_llmrt_call_via_a_gateway_prints_no_echoed_key() -> None:
+    body = b"".join(ECHOES.values())  # not JSON: classified by status, quoting the body
+    async with open_upstream(ErrorScript(401, body=body)) as upstream:
+        async with llmrt.open_runtime() as rt:
+            await rt.register_adapter(["openai"], adapters(upstream.base_url)["openai"])
+            async with gateway(rt) as server:
+                cli = await spawn_cli(
+                    "call",
+                    "hi",
+                    "--via",
+                    server.url,
+                    "-p",
+                    "openai",
+                    "-m",
+                    "m",
+                    "--no-color",
+                    env={"LLMRT_GATEWAY_TOKEN": TOKEN},
+                )
+                try:
+                    with trio.fail_after(30):
+                        code, out, err = await cli.finish()
+                finally:
+                    await kill(cli)
+    assert code == 1, (out, err)
+    assert "error AUTH" in out and REDACTED in out
+    assert KEY not in out + err and TOKEN not in out + err
