@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ._freeze import deep_freeze
 from ._wire import Wire
 
 __all__ = [
@@ -92,6 +93,14 @@ class ReplayEnvelope(Wire, frozen=True):
 
     response: Any = None
     blocks: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # Deep-frozen (dicts and lists become read-only), so no reader can
+        # change what another will replay.
+        if self.response is not None:
+            msgspec.structs.force_setattr(self, "response", deep_freeze(self.response))
+        if self.blocks is not None:
+            msgspec.structs.force_setattr(self, "blocks", deep_freeze(tuple(self.blocks)))
 
 
 class ContextSnapshotSection(Wire, frozen=True):
