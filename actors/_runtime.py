@@ -173,6 +173,12 @@ class LlmRuntime:
         config failures arrive as an ``error`` finish; abort (``call.abort()``
         or ``signal``) as an ``aborted`` finish. Middleware exceptions are raised
         from the iteration.
+
+        Not every step of the iteration is a checkpoint: a chunk that is
+        already buffered is returned without yielding to the scheduler (there
+        is at least one checkpoint per 64 chunks, and one whenever the call
+        has to wait). A consumer that must let other tasks run between chunks
+        calls ``await trio.lowlevel.checkpoint()`` itself.
         """
         if not isinstance(options, GenerateOptions):
             raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
