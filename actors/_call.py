@@ -46,6 +46,7 @@ from llmrt import (
     FinishStop,
     GenerateOptions,
     LlmFailure,
+    ModelModality,
     ModelSource,
     ReasoningDelta,
     ResolvedRetryPolicy,
@@ -58,7 +59,13 @@ from llmrt import (
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
-from ._prepare import apply_config, config_of, resolve_config, validated_model_info
+from ._prepare import (
+    apply_config,
+    config_of,
+    project_inputs,
+    resolve_config,
+    validated_model_info,
+)
 from ._registration import Registration
 from ._topology import Route
 
@@ -118,6 +125,8 @@ class PreparedTarget:
 
     route: Route
     config: Any  # LlmCallConfig
+    #: The model's input modalities as resolved at preparation (None: unknown).
+    input_modalities: tuple[ModelModality, ...] | None = None
 
 
 async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
@@ -485,6 +494,10 @@ class Call:
             except Exception as exc:
                 return Finish(reason=FinishError(failure=failure_of(exc)))
             options = apply_config(options, config)
+            modalities = info.input_modalities
+        else:
+            modalities = self._target.input_modalities
+        options = project_inputs(options, modalities)
         return adapter, _gate_replay(options, registration, core.registry.topology.routes)
 
     def _release(self) -> None:

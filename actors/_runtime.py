@@ -27,6 +27,7 @@ from llmrt import (
     ModelContext,
     ModelDiscoveryRequest,
     ModelInfo,
+    ModelModality,
     NormalRetryPolicy,
     ProviderInfo,
     ResolvedModelInfo,
@@ -138,6 +139,9 @@ class PreparedCall:
     adapter_defaults: CallConfigDefaults
     _runtime: LlmRuntime
     _route: Route
+    #: The model's input modalities (None: unknown); images go to a text-only
+    #: model as placeholders.
+    input_modalities: tuple[ModelModality, ...] | None = None
     _used: bool = attrs.field(default=False, init=False)
 
     def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> Call:
@@ -155,7 +159,8 @@ class PreparedCall:
                 "from the prepared config",
             )
         self._used = True
-        return self._runtime._stream(options, signal, PreparedTarget(self._route, self.config))
+        target = PreparedTarget(self._route, self.config, self.input_modalities)
+        return self._runtime._stream(options, signal, target)
 
 
 @attrs.define(eq=False)
@@ -389,6 +394,7 @@ class LlmRuntime:
             adapter_defaults=defaults,
             runtime=self,
             route=route,
+            input_modalities=info.input_modalities,
         )
 
 
