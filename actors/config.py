@@ -459,19 +459,25 @@ def _retry(ctx: _Context, at: Path, retry: RetryTable) -> ResolvedRetryPolicy:
         raise ctx.error(
             (*at, "mode"), f'unknown retry mode {retry.mode!r}; use "normal" or "always"'
         )
-    if retry.mode == "always" and retry.max_retries is not None:
-        raise ctx.error((*at, "max_retries"), 'max_retries applies only to mode = "normal"')
+    if retry.mode == "always":
+        for field in ("max_retries", "retryable_codes"):
+            if getattr(retry, field) is not None:
+                raise ctx.error(
+                    (*at, field),
+                    f'{field} applies only to mode = "normal" ("always" retries every code)',
+                )
     known = set(ErrorCode)
     for index, code in enumerate(retry.retryable_codes or ()):
         if code not in known:
             raise ctx.error((*at, "retryable_codes", index), f"unknown error code {code!r}")
-    fields = ("initial_delay_ms", "max_delay_ms", "jitter_ratio", "retryable_codes")
+    fields = ("initial_delay_ms", "max_delay_ms", "jitter_ratio")
     kwargs: dict[str, Any] = {f: getattr(retry, f) for f in fields if getattr(retry, f) is not None}
     try:
         if retry.mode == "always":
             return AlwaysRetryPolicy(**kwargs)
-        if retry.max_retries is not None:
-            kwargs["max_retries"] = retry.max_retries
+        for field in ("max_retries", "retryable_codes"):
+            if getattr(retry, field) is not None:
+                kwargs[field] = getattr(retry, field)
         return NormalRetryPolicy(**kwargs)
     except (ValueError, TypeError) as exc:
         # The policies name the offending field first ("max_delay_ms must be ...").

@@ -385,6 +385,21 @@ BAD_CASES = {
         6,
         ['max_retries applies only to mode = "normal"'],
     ),
+    "retry-codes-with-always": (
+        """\
+        [[provider]]
+        route = "ds"
+        adapter = "anthropic"
+        [provider.retry]
+        mode = "always"
+        retryable_codes = ["RATE_LIMIT"]
+        """,
+        6,
+        [
+            'retryable_codes applies only to mode = "normal"',
+            "$.provider[0].retry.retryable_codes",
+        ],
+    ),
     "retry-unknown-code": (
         """\
         [[provider]]
