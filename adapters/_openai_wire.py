@@ -21,12 +21,7 @@ from typing import Any
 import msgspec
 
 from llmrt import (
-    BlockEnd,
-    BlockStart,
-    ContentBlock,
     ErrorCode,
-    Finish,
-    FinishError,
     FinishMaxTokens,
     FinishReason,
     FinishStop,
@@ -37,17 +32,14 @@ from llmrt import (
     LlmFailure,
     Message,
     ReasoningBlock,
-    ReasoningDelta,
     StreamChunk,
     TextBlock,
-    TextDelta,
     TokenUsage,
     ToolCallBlock,
-    ToolCallDelta,
     ToolResultBlock,
-    UsageChunk,
 )
 
+from ._blocks import Block, BlockKind, BlockTracker
 from ._classify import classify_stream_error
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
@@ -145,27 +137,6 @@ def _classify_inband(provider_kind: str, error: _ApiError | str) -> LlmFailure:
     return classify_stream_error(provider_kind, {"error": msgspec.structs.asdict(error)})
 
 
-class _Open:
-    """An open llmrt block: its index, kind and accumulated fragments."""
-
-    __slots__ = ("call_id", "index", "kind", "name", "parts")
-
-    def __init__(self, index: int, kind: str) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts: list[str] = []
-        self.call_id: str | None = None
-        self.name: str | None = None
-
-    def block(self) -> ContentBlock:
-        text = "".join(self.parts)
-        if self.kind == "text":
-            return TextBlock(text=text)
-        if self.kind == "reasoning":
-            return ReasoningBlock(text=text)
-        return ToolCallBlock(id=self.call_id or "", name=self.name or "", arguments=text)
-
-
 class OpenAIStreamDecoder:
     """Incremental decoder of one streamed chat completion (OpenAI or DeepSeek).
 
@@ -181,55 +152,38 @@ class OpenAIStreamDecoder:
     text block. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_done",
-        "_finish_reason",
-        "_provider_kind",
-        "_reasoning",
-        "_request_id",
-        "_saw_tool_call",
-        "_text",
-        "_tools",
-        "_usage",
-    )
+    __slots__ = ("_blocks", "_finish_reason", "_provider_kind", "_saw_tool_call", "_usage")
 
     def __init__(self, *, provider_kind: str = "openai", request_id: str | None = None) -> None:
         self._provider_kind = provider_kind
-        self._request_id = request_id
-        self._blocks: list[_Open] = []
-        self._text: _Open | None = None
-        self._reasoning: _Open | None = None
-        self._tools: dict[int, _Open] = {}
+        self._blocks = BlockTracker(request_id=request_id)
         self._saw_tool_call = False
         self._finish_reason: str | None = None
         self._usage: _Usage | None = None
-        self._done = False
 
     @property
     def finished(self) -> bool:
         """True once a ``finish`` chunk has been returned."""
-        return self._done
+        return self._blocks.done
 
     def push(self, data: bytes) -> list[StreamChunk]:
         """Decode one ``data:`` payload; return the chunks it produces."""
-        if self._done:
+        blocks = self._blocks
+        if blocks.done:
             return []
         if data.startswith(b"[DONE]"):
-            return self._complete()
+            self._complete()
+            return blocks.take()
         try:
             chunk = _decoder.decode(data)
         except _BAD_JSON as exc:
-            return self._fail(ErrorCode.PROTOCOL, f"malformed chunk from the provider: {exc}")
+            blocks.fail(ErrorCode.PROTOCOL, f"malformed chunk from the provider: {exc}")
+            return blocks.take()
         if chunk.error is not None:
-            self._done = True
-            failure = _classify_inband(self._provider_kind, chunk.error)
-            if self._request_id is not None:
-                failure = msgspec.structs.replace(failure, request_id=self._request_id)
-            return [Finish(reason=FinishError(failure=failure))]
+            blocks.fail_with(_classify_inband(self._provider_kind, chunk.error))
+            return blocks.take()
         if chunk.usage is not None:
             self._usage = chunk.usage
-        out: list[StreamChunk] = []
         for choice in chunk.choices or ():
             if choice.index != 0:
                 continue
@@ -237,78 +191,48 @@ class OpenAIStreamDecoder:
             if delta is not None:
                 # Reasoning precedes the answer, so it is read first.
                 if delta.reasoning_content:
-                    self._append_reasoning(delta.reasoning_content, out)
+                    blocks.reasoning(self._block("reasoning"), delta.reasoning_content)
                 if delta.content:
-                    self._append_text(delta.content, out)
+                    blocks.text(self._block("text"), delta.content)
                 if delta.refusal:
-                    self._append_text(delta.refusal, out)
+                    blocks.text(self._block("text"), delta.refusal)
                 if delta.tool_calls:
                     for call in delta.tool_calls:
-                        self._append_tool(call, out)
+                        self._append_tool(call)
             if choice.finish_reason is not None:
                 self._finish_reason = choice.finish_reason
-        return out
+        return blocks.take()
 
     def end(self) -> list[StreamChunk]:
         """The body ended: a ``NETWORK`` error finish unless a finish was already returned."""
-        if self._done:
-            return []
-        return self._fail(ErrorCode.NETWORK, "response ended before [DONE]")
+        self._blocks.end("[DONE]")
+        return self._blocks.take()
 
     # --- internals ---
 
-    def _open(self, kind: str, out: list[StreamChunk]) -> _Open:
-        state = _Open(len(self._blocks), kind)
-        self._blocks.append(state)
-        out.append(BlockStart(index=state.index, block_type=kind))
-        return state
+    def _block(self, kind: BlockKind) -> Block:
+        return self._blocks.get(kind) or self._blocks.open(kind, kind)
 
-    def _append_text(self, text: str, out: list[StreamChunk]) -> None:
-        state = self._text
-        if state is None:
-            state = self._text = self._open("text", out)
-        state.parts.append(text)
-        out.append(TextDelta(index=state.index, text=text))
-
-    def _append_reasoning(self, text: str, out: list[StreamChunk]) -> None:
-        state = self._reasoning
-        if state is None:
-            state = self._reasoning = self._open("reasoning", out)
-        state.parts.append(text)
-        out.append(ReasoningDelta(index=state.index, text=text))
-
-    def _append_tool(self, call: _ToolCall, out: list[StreamChunk]) -> None:
+    def _append_tool(self, call: _ToolCall) -> None:
         fn = call.function
-        name = fn.name if fn is not None else None
-        arguments = (fn.arguments if fn is not None else None) or ""
-        state = self._tools.get(call.index)
-        new_id = new_name = None
-        if state is None:
-            state = self._tools[call.index] = self._open("tool-call", out)
+        key = ("tool", call.index)
+        block = self._blocks.get(key)
+        call_id = None
+        if block is None:
+            block = self._blocks.open("tool-call", key)
             self._saw_tool_call = True
             # A compatible server that never sends an id still needs a stable one.
-            state.call_id = new_id = call.id or f"call_{state.index}"
-        if state.name is None and name:
-            state.name = new_name = name
-        if new_id is None and new_name is None and not arguments:
-            return
-        state.parts.append(arguments)
-        out.append(
-            ToolCallDelta(index=state.index, id=new_id, name=new_name, arguments_delta=arguments)
+            call_id = call.id or f"call_{block.index}"
+        self._blocks.tool_call(
+            block,
+            fn.arguments if fn is not None else None,
+            call_id=call_id,
+            name=fn.name if fn is not None else None,
         )
 
-    def _fail(self, code: ErrorCode, message: str) -> list[StreamChunk]:
-        self._done = True
-        failure = LlmFailure(message=message, code=code, request_id=self._request_id)
-        return [Finish(reason=FinishError(failure=failure))]
-
-    def _complete(self) -> list[StreamChunk]:
-        self._done = True
-        out: list[StreamChunk] = [BlockEnd(index=s.index, block=s.block()) for s in self._blocks]
-        if self._usage is not None:
-            out.append(UsageChunk(usage=_usage(self._usage)))
-        out.append(Finish(reason=self._reason()))
-        return out
+    def _complete(self) -> None:
+        usage = _usage(self._usage) if self._usage is not None else None
+        self._blocks.finish(self._reason(), usage=usage)
 
     def _reason(self) -> FinishReason:
         reason = self._finish_reason
@@ -319,24 +243,18 @@ class OpenAIStreamDecoder:
         if reason == "content_filter":
             # Filtered content is a property of this request: the same request is
             # likely filtered again, so it is not a retryable code.
-            return self._error(
+            return self._blocks.failure(
                 ErrorCode.INVALID_REQUEST,
                 "the provider's content filter stopped the response (finish_reason content_filter)",
             )
         if reason == "insufficient_system_resource":
-            return self._error(
+            return self._blocks.failure(
                 ErrorCode.OVERLOADED,
                 "the provider ran out of capacity (finish_reason insufficient_system_resource)",
             )
-        # ``stop``, an absent reason, and reasons of non-standard servers.
-        if not self._blocks:
-            return self._error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
+        # ``stop``, an absent reason, and reasons of non-standard servers; the
+        # tracker turns a stop without content into EMPTY_RESPONSE.
         return _STOP
-
-    def _error(self, code: ErrorCode, message: str) -> FinishError:
-        return FinishError(
-            failure=LlmFailure(message=message, code=code, request_id=self._request_id)
-        )
 
 
 # --- request body -------------------------------------------------------------

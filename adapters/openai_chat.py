@@ -24,66 +24,24 @@ import msgspec
 
 from llmrt import (
     Adapter,
-    ErrorCode,
     GenerateOptions,
-    LlmError,
-    ModelContext,
     ModelInfo,
-    ModelReasoningInfo,
     ProviderInfo,
-    ReasoningEffortInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
 
-from ._classify import classify_http_error
 from ._http import (
     SSEFeed,
     make_client,
     read_api_key,
     stream_events,
-    translate_http_error,
 )
+from ._models import ModelSpec, fetch_models
 from ._openai_wire import OpenAIStreamDecoder, build_openai_body
 
 __all__ = ["ModelSpec", "Preset", "PRESETS", "OpenAIChatAdapter"]
-
-
-@attrs.frozen
-class ModelSpec:
-    """What an adapter knows about one model of its endpoint."""
-
-    id: str
-    name: str | None = None
-    context_window: int | None = None
-    default_max_tokens: int | None = None
-    #: Whether the model takes images; text-only routes get text placeholders.
-    image_input: bool = False
-    #: Reasoning efforts the model accepts, in display order.
-    efforts: tuple[str, ...] = ()
-    default_effort: str | None = None
-    #: The output-cap field: OpenAI's reasoning models want ``max_completion_tokens``.
-    max_tokens_field: str = "max_tokens"
-
-    def resolved(self, provider: str) -> ResolvedModelInfo:
-        reasoning = None
-        if self.efforts:
-            reasoning = ModelReasoningInfo(
-                efforts=tuple(ReasoningEffortInfo(id=e, name=e) for e in self.efforts),
-                default_effort=self.default_effort,
-            )
-        return ResolvedModelInfo(
-            provider=provider,
-            id=self.id,
-            name=self.name or self.id,
-            input_modalities=("text", "image") if self.image_input else ("text",),
-            context=ModelContext(context_window=self.context_window)
-            if self.context_window
-            else None,
-            default_max_tokens=self.default_max_tokens,
-            reasoning=reasoning,
-        )
 
 
 @attrs.frozen
@@ -176,16 +134,6 @@ class _OpenAIEvents(SSEFeed):
         return out
 
 
-class _ModelList(msgspec.Struct):
-    class Entry(msgspec.Struct):
-        id: str
-
-    data: list[Entry]
-
-
-_model_list = msgspec.json.Decoder(_ModelList)
-
-
 @attrs.define(eq=False)
 class OpenAIChatAdapter(Adapter):
     """Streams OpenAI-compatible chat completions (see the module docstring).
@@ -262,39 +210,17 @@ class OpenAIChatAdapter(Adapter):
         return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
-        """The endpoint's ``GET /models`` (falling back to the preset's table if it has none)."""
+        """The endpoint's ``GET /models``; the preset's table where the endpoint has none."""
         headers = {"Accept": "application/json"}
         if self.api_key_env:
             headers["Authorization"] = f"Bearer {read_api_key(self.api_key_env, self.environ)}"
-        try:
-            response = await self._client.get("/models", headers=headers)
-        except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
-        if response.status_code == 404 and self._table:
-            ids = list(self._table)
-        elif response.status_code >= 300:
-            raise LlmError.from_failure(
-                classify_http_error(
-                    self._preset.kind, response.status_code, response.headers, response.content
-                )
-            )
-        else:
-            try:
-                ids = [entry.id for entry in _model_list.decode(response.content).data]
-            except msgspec.DecodeError as exc:
-                raise LlmError(ErrorCode.PROTOCOL, f"unreadable model list: {exc}") from None
-        return tuple(
-            ModelInfo(
-                provider=provider,
-                id=model,
-                name=(self._table[model].name or model) if model in self._table else model,
-                input_modalities=(
-                    ("text", "image") if self._table[model].image_input else ("text",)
-                )
-                if model in self._table
-                else None,
-            )
-            for model in ids
+        return await fetch_models(
+            self._client,
+            "/models",
+            provider=provider,
+            provider_kind=self._preset.kind,
+            headers=headers,
+            table=self._table,
         )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
