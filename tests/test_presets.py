@@ -222,6 +222,21 @@ async def test_list_models_reads_the_endpoint(preset: str) -> None:
         assert "authorization" not in sent.headers
 
 
+async def test_list_models_takes_the_names_the_list_gives() -> None:
+    listing = {
+        "data": [
+            {"id": "anthropic/claude-sonnet-4.5", "name": "Anthropic: Claude Sonnet 4.5"},
+            {"id": "llama-3.3-70b-versatile", "object": "model", "owned_by": "Meta"},
+        ]
+    }
+    async with open_upstream(lambda request: ErrorScript(status=200, body=listing)) as upstream:
+        models = await adapter("groq", upstream).list_models("p")
+    assert [(m.id, m.name, m.input_modalities) for m in models] == [
+        ("anthropic/claude-sonnet-4.5", "Anthropic: Claude Sonnet 4.5", None),
+        ("llama-3.3-70b-versatile", "Llama 3.3 70B Versatile", ("text",)),
+    ]
+
+
 async def test_list_models_falls_back_on_the_table_without_an_endpoint() -> None:
     def no_list(request: Any) -> Any:
         return ErrorScript(status=404, body={"error": {"message": "Not Found"}})
