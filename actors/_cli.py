@@ -37,6 +37,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from llmrt.adapters.openai_chat import PRESETS
 
 from . import config as configuration
 
@@ -137,6 +138,9 @@ def _default_model(config: configuration.Config, provider: str) -> str:
         return "gpt-4.1-mini"
     if spec.adapter == "anthropic":
         return "claude-sonnet-4-5"
+    preset = PRESETS.get(spec.preset or "")
+    if preset is not None and preset.models:
+        return preset.models[0].id
     raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
 
 

@@ -5,8 +5,11 @@ adds a route for each well-known API-key variable that is set and not
 already used by the file, and always adds the built-in ``demo`` route unless
 the file declares one. `register_config` registers the routes into a runtime,
 in `Config.routes` order: file entries (file order), then detected
-environment routes (``deepseek``, ``openai``, ``anthropic``), then ``demo``
-last, so a real provider comes first when there is one.
+environment routes (``deepseek``, ``openai``, ``anthropic``, then the other
+hosted presets with a key variable: ``openrouter``, ``groq``, ...), then
+``demo`` last, so a real provider comes first when there is one. Local
+servers (``vllm``, ``ollama``, ...) have no key: they are routes only when
+the file declares them.
 
 Every problem is one `ConfigError` naming the file, the line and the reason.
 API keys never live in the file (an ``api_key`` key is refused) and their
@@ -72,11 +75,19 @@ DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
 #: The environment variable naming a config file.
 CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
 
-#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added.
+#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added:
+#: DeepSeek, OpenAI, Anthropic, then every other hosted preset that names a route.
 DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] = (
     ("DEEPSEEK_API_KEY", "deepseek", "openai_chat", "deepseek-official"),
     ("OPENAI_API_KEY", "openai", "openai_chat", "openai"),
     ("ANTHROPIC_API_KEY", "anthropic", "anthropic", None),
+    *(
+        (preset.api_key_env, preset.route, "openai_chat", preset.name)
+        for preset in PRESETS.values()
+        if preset.api_key_env
+        and preset.route
+        and preset.name not in ("deepseek-official", "openai")
+    ),
 )
 
 _ADAPTERS: Final[tuple[AdapterKind, ...]] = ("openai_chat", "anthropic", "demo")
