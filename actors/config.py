@@ -38,7 +38,7 @@ from llmrt import (
 )
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
-from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter
+from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter, find_preset
 
 from ._config_schema import (
     FileTable,
@@ -398,9 +398,10 @@ def _preset(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
     if entry.adapter != "openai_chat":
         return None
     preset = entry.preset or "openai-compatible"
-    if preset not in PRESETS:
+    found = find_preset(preset)
+    if found is None:
         raise ctx.error((*at, "preset"), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    if entry.base_url is None and PRESETS[preset].base_url is None:
+    if entry.base_url is None and found.base_url is None:
         raise ctx.error(at, f"preset {preset!r} needs `base_url` (the server's http(s) URL)")
     return preset
 
@@ -425,7 +426,9 @@ def _api_key_env(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
         return name
     if entry.adapter == "anthropic":
         return _ANTHROPIC_KEY_ENV
-    return PRESETS[entry.preset or "openai-compatible"].api_key_env
+    found = find_preset(entry.preset or "openai-compatible")
+    assert found is not None  # checked by _preset first
+    return found.api_key_env
 
 
 def _tokens_per_second(ctx: _Context, at: Path, entry: ProviderTable) -> float | None:

@@ -21,7 +21,7 @@ import attrs
 from ._models import ModelSpec
 from ._openai_wire import DIALECTS, Dialect
 
-__all__ = ["Preset", "PRESETS"]
+__all__ = ["Preset", "PRESETS", "PRESET_ALIASES", "find_preset"]
 
 
 @attrs.frozen
@@ -240,3 +240,12 @@ _PRESETS = (
 
 #: Every preset by name, in the order ``llmrt providers`` detects their keys.
 PRESETS: Mapping[str, Preset] = {preset.name: preset for preset in _PRESETS}
+
+#: Other names a preset answers to: the zero-config route of the DeepSeek
+#: preset is ``deepseek``, so ``preset = "deepseek"`` means the same preset.
+PRESET_ALIASES: Mapping[str, str] = {"deepseek": "deepseek-official"}
+
+
+def find_preset(name: str) -> Preset | None:
+    """The preset called `name` (or one of its `PRESET_ALIASES`), or None."""
+    return PRESETS.get(PRESET_ALIASES.get(name, name))

@@ -42,9 +42,9 @@ from ._http import (
 )
 from ._models import ModelSpec, fetch_models
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
-from ._presets import PRESETS, Preset
+from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
 
-__all__ = ["ModelSpec", "Preset", "PRESETS", "OpenAIChatAdapter"]
+__all__ = ["ModelSpec", "Preset", "PRESETS", "PRESET_ALIASES", "find_preset", "OpenAIChatAdapter"]
 
 
 class _OpenAIEvents(SSEFeed):
@@ -91,7 +91,7 @@ class OpenAIChatAdapter(Adapter):
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        preset = PRESETS.get(self.preset)
+        preset = find_preset(self.preset)
         if preset is None:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         self._preset = preset

@@ -279,10 +279,10 @@ BAD_CASES = {
         [[provider]]
         route = "ds"
         adapter = "openai_chat"
-        preset = "deepseek"
+        preset = "deepsek"
         """,
         4,
-        ["unknown preset 'deepseek'", "deepseek-official", "$.provider[0].preset"],
+        ["unknown preset 'deepsek'", "deepseek-official", "$.provider[0].preset"],
     ),
     "duplicate-route": (
         """\
