@@ -18,11 +18,20 @@ from typing import Protocol, cast
 
 import attrs
 import httpx
+import msgspec
 import trio
 
-from llmrt import ErrorCode, Finish, LlmError, Redactor, StreamChunk, attribution_headers
+from llmrt import (
+    ErrorCode,
+    Finish,
+    LlmError,
+    LlmFailure,
+    Redactor,
+    StreamChunk,
+    attribution_headers,
+)
 
-from ._classify import classify_http_error
+from ._classify import classify_http_error, classify_stream_error
 from ._sse import SSEParser
 from ._transport import TrioTransport
 
@@ -169,6 +178,28 @@ async def _read_bounded(response: httpx.Response) -> bytes:
     return bytes(body[:MAX_ERROR_BODY])
 
 
+def _json_error_failure(
+    provider_kind: str, status: int, headers: Mapping[str, str], body: bytes
+) -> LlmFailure | None:
+    """The failure a success-status JSON error body describes (``{"error": ...}``), or None.
+
+    Some servers answer a streaming request with a 2xx status and a JSON
+    error body instead of an event stream. The body, not the status, says
+    what failed: the code is decided from its ``error`` object as for an
+    in-band error, and the rest (message, status, request id, retry delay)
+    is what an HTTP error gets.
+    """
+    try:
+        payload = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(payload, dict) or not payload.get("error"):
+        return None
+    failure = classify_http_error(provider_kind, status, headers, body)
+    code = classify_stream_error(provider_kind, payload).code
+    return msgspec.structs.replace(failure, code=code)
+
+
 @asynccontextmanager
 async def open_event_stream(
     client: httpx.AsyncClient,
@@ -210,6 +241,10 @@ async def open_event_stream(
                 raw = await _read_bounded(response)
             except httpx.HTTPError:
                 raw = b""
+            status = response.status_code
+            failure = _json_error_failure(provider_kind, status, response.headers, raw)
+            if failure is not None:
+                raise redactor.error(LlmError.from_failure(failure))
             # Redacted before the cut, which could split a secret.
             snippet = redactor.redact(raw.decode("utf-8", "replace"))[:120].strip()
             raise LlmError(
