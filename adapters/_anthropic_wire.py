@@ -29,6 +29,7 @@ emitted block: ``{"signature": ...}`` for a signed thinking block,
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -57,6 +58,10 @@ from llmrt import (
 from ._blocks import Block, BlockKind, BlockTracker
 from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
+
+#: Replay state that cannot be used is reported here (WARNING), never raised:
+#: the message is sent as provider-neutral content instead.
+replay_log = logging.getLogger("llmrt.replay")
 
 __all__ = ["AnthropicStreamDecoder", "build_anthropic_body"]
 
@@ -467,6 +472,15 @@ def _replay_entries(message: Message) -> tuple[Any, ...] | None:
     # Entries describe the stored blocks position by position; a mismatch
     # means the state does not describe this content, so none of it is used.
     if entries is None or len(entries) != len(message.content):
+        replay_log.warning(
+            "replay state of message %s (%s/%s) does not describe its %d blocks "
+            "(%s entries); sending the message without it",
+            message.id,
+            source.provider,
+            source.model,
+            len(message.content),
+            "no" if entries is None else len(entries),
+        )
         return None
     return entries
 

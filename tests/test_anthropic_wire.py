@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 from typing import Any
 
@@ -479,6 +480,25 @@ def test_thinking_is_left_out_without_a_signature(replay: ReplayEnvelope | None)
     assistant = body["messages"][1]["content"]
     assert [part["type"] for part in assistant] == ["text", "tool_use"]
     assert "need the weather" not in json.dumps(body)
+
+
+def test_unusable_replay_state_is_reported_not_silently_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    misaligned = ReplayEnvelope(blocks=({"signature": "sig=="}, None))
+    with caplog.at_level(logging.WARNING, logger="llmrt.replay"):
+        body = build_anthropic_body(
+            conversation(misaligned), image_input=True, default_max_tokens=10
+        )
+    assert [part["type"] for part in body["messages"][1]["content"]] == ["text", "tool_use"]
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "does not describe its 3 blocks (2 entries)" in message
+    assert "sig==" not in message  # the state itself is not logged
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="llmrt.replay"):
+        build_anthropic_body(conversation(None), image_input=True, default_max_tokens=10)
+    assert caplog.records == []  # no state at all is not a problem
 
 
 def test_decoded_thinking_round_trips_into_the_next_request() -> None:
