@@ -5,8 +5,11 @@ bytes it reads and writes the bytes this module builds. What it covers is
 what a streaming API client needs: one request at a time per connection (no
 pipelining), responses framed by ``Transfer-Encoding: chunked``,
 ``Content-Length`` or the end of the connection. Trailers are read and
-dropped. Malformed framing raises `httpx.RemoteProtocolError`; a request
-head that would inject lines raises `httpx.LocalProtocolError`.
+dropped. Malformed framing raises `MalformedResponse` (an
+`httpx.RemoteProtocolError`: the server broke the protocol); a body cut
+short by the end of the connection raises a plain
+`httpx.RemoteProtocolError` (the network, or the server, went away). A
+request head that would inject lines raises `httpx.LocalProtocolError`.
 
 The chunked decoder works on whole network reads: sizes are found with
 ``bytes.find`` and the payload of one read comes back as one ``bytes``
@@ -27,6 +30,7 @@ __all__ = [
     "CloseDelimitedDecoder",
     "ContentLengthDecoder",
     "Decoder",
+    "MalformedResponse",
     "ResponseHead",
     "body_decoder",
     "encode_chunk",
@@ -48,8 +52,16 @@ _DIGITS = re.compile(rb"[0-9]{1,19}")
 _BAD_HEADER_BYTES = re.compile(rb"[\r\n\x00]")
 
 
-def _protocol_error(message: str) -> httpx.RemoteProtocolError:
-    return httpx.RemoteProtocolError(message)
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server sent bytes that are not HTTP/1.1 (a bad status line, header or framing).
+
+    Distinct from a plain `httpx.RemoteProtocolError` for a response cut
+    short: the adapters code this one ``PROTOCOL`` and that one ``NETWORK``.
+    """
+
+
+def _protocol_error(message: str) -> MalformedResponse:
+    return MalformedResponse(message)
 
 
 # ---- requests -------------------------------------------------------------------------------
@@ -109,7 +121,7 @@ def parse_response_head(
 ) -> tuple[ResponseHead, int] | None:
     """The response head at the start of ``buffer`` and its length, or None if incomplete.
 
-    LF and CRLF line ends are accepted. Raises `httpx.RemoteProtocolError`
+    LF and CRLF line ends are accepted. Raises `MalformedResponse`
     for a malformed status line or header, for obsolete line folding, and
     when no complete head fits in ``max_size`` bytes.
     """
@@ -162,13 +174,13 @@ class Decoder:
     close_delimited: bool = False
 
     def feed(self, data: bytes) -> bytes:
-        """The payload bytes in ``data``. Raises `httpx.RemoteProtocolError` on bad framing."""
+        """The payload bytes in ``data``. Raises `MalformedResponse` on bad framing."""
         raise NotImplementedError
 
     def eof(self) -> None:
         """Note the end of the connection. Raises `httpx.RemoteProtocolError` if the body is cut."""
         if not self.done:
-            raise _protocol_error("the server closed the connection before the body's end")
+            raise httpx.RemoteProtocolError("the server closed the connection before the body's end")
 
 
 class ContentLengthDecoder(Decoder):
@@ -294,7 +306,7 @@ class ChunkedDecoder(Decoder):
 def body_decoder(head: ResponseHead, *, request_method: bytes) -> Decoder:
     """The framing of the body that follows ``head`` (RFC 9112 section 6.3).
 
-    Raises `httpx.RemoteProtocolError` for an unsupported transfer coding or
+    Raises `MalformedResponse` for an unsupported transfer coding or
     a malformed or contradictory ``Content-Length``.
     """
     status = head.status
