@@ -194,9 +194,5 @@ class GatedSSEParser(SSEParser):
 def _check(data: bytes) -> None:
     # The common payload has a handful of brackets and no surrogate escape: two
     # counts and two finds, without a call, decide it.
-    if (
-        data.count(b"[") + data.count(b"{") > MAX_NESTING
-        or b"\\ud" in data
-        or b"\\uD" in data
-    ):
+    if data.count(b"[") + data.count(b"{") > MAX_NESTING or b"\\ud" in data or b"\\uD" in data:
         check_payload(data)

@@ -180,7 +180,9 @@ class Decoder:
     def eof(self) -> None:
         """Note the end of the connection. Raises `httpx.RemoteProtocolError` if the body is cut."""
         if not self.done:
-            raise httpx.RemoteProtocolError("the server closed the connection before the body's end")
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection before the body's end"
+            )
 
 
 class ContentLengthDecoder(Decoder):
