@@ -56,6 +56,7 @@ from llmrt import (
     UsageChunk,
 )
 
+from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
 
@@ -267,12 +268,17 @@ class AnthropicStreamDecoder:
             try:
                 event = _type_decoder.decode(data).type
             except _BAD_JSON as exc:
-                return self._fail(ErrorCode.PROTOCOL, f"malformed event from the provider: {exc}")
+                return self._fail(
+                    ErrorCode.PROTOCOL,
+                    f"malformed event from the provider: {describe_json_error(exc, data)}",
+                )
             return self.push(event, data) if event not in ("", "message") else []
         try:
             payload = decoder.decode(data)
         except _BAD_JSON as exc:
-            return self._fail(ErrorCode.PROTOCOL, f"malformed {event} event: {exc}")
+            return self._fail(
+                ErrorCode.PROTOCOL, f"malformed {event} event: {describe_json_error(exc, data)}"
+            )
         out: list[StreamChunk] = []
         match payload:
             case _BlockDelta():

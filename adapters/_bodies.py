@@ -9,11 +9,11 @@ Two guards between the network and the adapters' decoders:
   the event loop between pieces. The output may not exceed `INFLATE_RATIO`
   times the compressed input (past a floor of `INFLATE_FLOOR` bytes): a body
   that inflates more is a bomb, not a provider, and ends as ``PROTOCOL``.
-- `check_payload` refuses an SSE payload that msgspec cannot decode sanely:
-  JSON nested deeper than `llmrt`'s ``MAX_NESTING`` (msgspec would recurse
-  into `RecursionError`), and an unpaired UTF-16 surrogate escape (which
-  msgspec reports as "Input data was truncated", a misleading message).
+- `check_depth` refuses an SSE payload nested deeper than `llmrt`'s
+  ``MAX_NESTING`` (msgspec would recurse into `RecursionError`);
   `GatedSSEParser` applies it to every payload it hands over.
+  `describe_json_error` corrects msgspec's message for an unpaired UTF-16
+  surrogate escape ("Input data was truncated") once decoding failed.
 
 The adapters ask for ``Accept-Encoding: gzip, deflate`` (`ACCEPT_ENCODING`),
 the two codings inflated here; any other coding is refused as ``PROTOCOL``.
@@ -42,7 +42,8 @@ __all__ = [
     "INFLATE_RATIO",
     "BoundedInflater",
     "GatedSSEParser",
-    "check_payload",
+    "check_depth",
+    "describe_json_error",
     "inflater_for",
 ]
 
@@ -81,8 +82,8 @@ class BoundedInflater:
 
     def feed(self, data: bytes) -> Iterator[bytes]:
         """The decoded bytes of ``data``, at most `INFLATE_PIECE` per piece."""
-        self._in += len(data)
         while data:
+            before = len(data)
             try:
                 piece = self._zlib.decompress(data, INFLATE_PIECE)
             except zlib.error as exc:
@@ -94,8 +95,11 @@ class BoundedInflater:
                     ErrorCode.PROTOCOL, f"undecodable {self._coding} response body ({exc})"
                 ) from None
             self._first = False
+            data = self._zlib.unconsumed_tail
+            # The ratio counts the input consumed so far, not the whole read.
+            self._in += before - len(data)
             if not piece:
-                return  # the end of the compressed stream: the rest is ignored
+                return  # all input consumed, or the end of the compressed stream
             self._out += len(piece)
             if self._out > INFLATE_FLOOR and self._out > INFLATE_RATIO * self._in:
                 raise LlmError(
@@ -104,7 +108,6 @@ class BoundedInflater:
                     f"{INFLATE_RATIO} times (a decompression bomb?)",
                 )
             yield piece
-            data = self._zlib.unconsumed_tail
 
 
 def inflater_for(headers: Mapping[str, str]) -> BoundedInflater | None:
@@ -150,49 +153,57 @@ def _unpaired_surrogate(data: bytes) -> bytes | None:
     return data[high_end - 6 : high_end] if high_end >= 0 else None
 
 
-def check_payload(data: bytes) -> None:
-    """Refuse an SSE payload, about to be decoded as JSON, that cannot be decoded sanely.
+def check_depth(data: bytes) -> None:
+    """Refuse an SSE payload, about to be decoded as JSON, nested more than ``MAX_NESTING`` deep.
 
-    Raises `LlmError` ``PROTOCOL`` for nesting deeper than ``MAX_NESTING``
-    and for an unpaired UTF-16 surrogate escape. Anything else malformed is
-    left for the decoder to report. Cheap: two byte counts and two finds on
-    ordinary payloads.
+    Raises `LlmError` ``PROTOCOL`` (msgspec would recurse into `RecursionError`
+    a few hundred levels further, at a depth that depends on the caller's
+    stack). Anything else malformed is left for the decoder to report.
     """
     if json_too_deep(data):
         raise LlmError(
             ErrorCode.PROTOCOL,
             f"an event from the provider nests JSON more than {MAX_NESTING} levels deep",
         )
-    if b"\\ud" in data or b"\\uD" in data:
+
+
+def describe_json_error(exc: Exception, data: bytes) -> str:
+    """msgspec's message for a payload it could not decode, corrected where it misleads.
+
+    msgspec says "Input data was truncated" for a string holding half of a
+    UTF-16 surrogate pair (``"\\ud83d"``), although nothing was cut; this
+    names the escape instead. Only called once decoding failed.
+    """
+    text = str(exc)
+    if "truncated" in text:
         escape = _unpaired_surrogate(data)
         if escape is not None:
-            raise LlmError(
-                ErrorCode.PROTOCOL,
-                "an event from the provider is malformed JSON: the string escape "
-                f"{escape.decode('ascii')} is half of a UTF-16 surrogate pair",
+            return (
+                f"JSON is malformed: the string escape {escape.decode('ascii')} "
+                "is half of a UTF-16 surrogate pair"
             )
+    return text
 
 
 class GatedSSEParser(SSEParser):
-    """An `SSEParser` whose every payload passed `check_payload` before it is handed over."""
+    """An `SSEParser` whose every payload passed the depth check before it is handed over.
+
+    The common payload costs two byte counts and no call.
+    """
 
     __slots__ = ()
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         events = super().feed(data)
         for event in events:
-            _check(event.data)
+            payload = event.data
+            if payload.count(b"[") + payload.count(b"{") > MAX_NESTING:
+                check_depth(payload)
         return events
 
     def feed_data(self, data: bytes) -> list[bytes]:
         payloads = super().feed_data(data)
         for payload in payloads:
-            _check(payload)
+            if payload.count(b"[") + payload.count(b"{") > MAX_NESTING:
+                check_depth(payload)
         return payloads
-
-
-def _check(data: bytes) -> None:
-    # The common payload has a handful of brackets and no surrogate escape: two
-    # counts and two finds, without a call, decide it.
-    if data.count(b"[") + data.count(b"{") > MAX_NESTING or b"\\ud" in data or b"\\uD" in data:
-        check_payload(data)

@@ -48,6 +48,7 @@ from llmrt import (
     UsageChunk,
 )
 
+from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
@@ -220,7 +221,10 @@ class OpenAIStreamDecoder:
         try:
             chunk = _decoder.decode(data)
         except _BAD_JSON as exc:
-            return self._fail(ErrorCode.PROTOCOL, f"malformed chunk from the provider: {exc}")
+            return self._fail(
+                ErrorCode.PROTOCOL,
+                f"malformed chunk from the provider: {describe_json_error(exc, data)}",
+            )
         if chunk.error is not None:
             self._done = True
             failure = _classify_inband(self._provider_kind, chunk.error)

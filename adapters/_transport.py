@@ -381,11 +381,16 @@ class TrioTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 self._release(conn, reusable=False)
                 raise
-            # The idle connection failed before the server sent a byte: it had closed it
-            # as the request went out (the keep-alive race RFC 9112 section 9.3.1 allows a
-            # client to recover from). A server closing an idle connection did not act on
-            # the request, so it is sent once more, on a fresh connection, keeping the
-            # slot; a second failure is final. Timeouts and cancellation never get here.
+            # A connection from the idle pool failed before the server sent a single byte
+            # (no 1xx, no partial head): the keep-alive race, where the server closes an
+            # idle connection as the request goes out and never parses the request. RFC
+            # 9112 section 9.3.1 lets a client resend a non-idempotent request when it can
+            # tell the request was not applied; silence on a connection the server was
+            # closing is that sign. The one case it misreads (a server that read the
+            # request and died without a byte) costs one duplicate generation, which the
+            # default retry policy would run anyway for this NETWORK failure. So: once,
+            # on a fresh connection, keeping the slot. A second failure is final;
+            # timeouts and cancellation never get here.
             self._active.discard(conn)
             conn.close()
             reused = False

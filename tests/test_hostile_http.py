@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
 import attrs
+import msgspec
 import pytest
 import trio
 
@@ -25,13 +26,15 @@ from llmrt import ErrorCode, Finish, FinishError, FinishStop, NormalRetryPolicy,
 from llmrt.adapters._bodies import (
     INFLATE_PIECE,
     BoundedInflater,
-    check_payload,
+    check_depth,
+    describe_json_error,
     inflater_for,
 )
+from llmrt.adapters._http import make_client, stream_events
 from llmrt.adapters._transport import MAX_INFORMATIONAL, TrioTransport
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
-from llmrt.testing import SSEScript, anthropic_events, open_upstream, openai_events
+from llmrt.testing import ErrorScript, SSEScript, anthropic_events, open_upstream, openai_events
 
 KEY = "sk-hostile-0123456789abcdef"
 NO_RETRY = NormalRetryPolicy(max_retries=0)
@@ -190,21 +193,59 @@ async def test_a_deeply_nested_sse_payload_is_a_protocol_error(kind: str) -> Non
     assert "nests JSON more than 64 levels deep" in lost.message
 
 
-def test_the_payload_check_passes_ordinary_payloads_and_names_the_fault() -> None:
-    check_payload(b'{"a": [[[1]]], "s": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}')
-    check_payload(b'{"s": "\\ud83d\\ude00 \\\\ud800 \\u00e9"}')  # a pair, an escaped backslash
-    check_payload(b"[DONE]")
-    with pytest.raises(llmrt.LlmError, match="levels deep"):
-        check_payload(b'{"a": ' + b"{" * 65 + b"}" * 65 + b"}")
+class _Recursing:
+    """An event feed whose decoding recurses without bound (what the payload gate prevents)."""
+
+    finished = False
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        raise RecursionError("maximum recursion depth exceeded while deserializing an object")
+
+    def end(self) -> list[StreamChunk]:
+        return []
+
+
+async def test_a_recursion_error_in_decoding_is_a_protocol_error() -> None:
+    async with open_upstream(SSEScript(events=openai_events(["a"]))) as upstream:
+        async with make_client(upstream.base_url) as client:
+            events = stream_events(
+                client,
+                "/chat/completions",
+                body=b"{}",
+                headers={},
+                provider_kind="openai",
+                events=_Recursing(),
+            )
+            with pytest.raises(llmrt.LlmError, match="nested too deeply") as caught:
+                async for _ in events:
+                    pass
+    assert caught.value.code == ErrorCode.PROTOCOL
+
+
+def test_the_depth_check_passes_ordinary_payloads() -> None:
+    check_depth(b'{"a": [[[1]]], "s": "' + b"[" * 100 + b'"}')  # brackets in a string
+    check_depth(b"[DONE]")
+    with pytest.raises(llmrt.LlmError, match="levels deep") as caught:
+        check_depth(b'{"a": ' + b"{" * 65 + b"}" * 65 + b"}")
+    assert caught.value.code == ErrorCode.PROTOCOL
+
+
+def test_an_unpaired_surrogate_is_described_as_such() -> None:
+    for good in [b'{"s": "\\ud83d\\ude00"}', b'{"s": "\\\\ud800"}']:  # a pair; an escaped \\
+        assert msgspec.json.decode(good)
     for bad, escape in [
         (b'{"s": "\\ud800"}', "\\ud800"),
         (b'{"s": "\\ud800x"}', "\\ud800"),
-        (b'{"s": "\\uDBFF\\u0041"}', "\\uDBFF"),
-        (b'{"s": "a\\udc00"}', "\\udc00"),
+        (b'{"s": "\\uDBFF"}', "\\uDBFF"),
     ]:
-        with pytest.raises(llmrt.LlmError, match="surrogate") as caught:
-            check_payload(bad)
-        assert caught.value.code == ErrorCode.PROTOCOL and escape in str(caught.value)
+        with pytest.raises(msgspec.DecodeError) as caught:
+            msgspec.json.decode(bad)
+        message = describe_json_error(caught.value, bad)
+        assert escape in message and "surrogate pair" in message and "truncated" not in message
+    cut = b'{"s": "abc'
+    with pytest.raises(msgspec.DecodeError) as caught:
+        msgspec.json.decode(cut)
+    assert describe_json_error(caught.value, cut) == str(caught.value)  # truly truncated
 
 
 # ---- finding 7: compressed bodies ---------------------------------------------------------------
@@ -242,6 +283,19 @@ async def test_a_gzip_bomb_is_a_protocol_error(filler: bytes, message: str) -> N
         [chunks] = await run_calls(upstream.base_url)
     lost = failure(chunks)
     assert lost.code == ErrorCode.PROTOCOL and message in lost.message
+
+
+async def test_a_gzip_error_body_is_inflated_and_classified() -> None:
+    error = b'{"error": {"message": "Slow down", "type": "rate_limit_exceeded"}}'
+    script = ErrorScript(
+        429,
+        body=gzip.compress(error),
+        headers={"content-encoding": "gzip", "content-type": "application/json"},
+    )
+    async with open_upstream(script) as upstream:
+        [chunks] = await run_calls(upstream.base_url)
+    lost = failure(chunks)
+    assert lost.code == ErrorCode.RATE_LIMIT and "Slow down" in lost.message
 
 
 def test_inflation_is_stepwise_and_bounded() -> None:
@@ -444,5 +498,5 @@ async def test_an_unpaired_surrogate_says_so() -> None:
         [chunks] = await run_calls(upstream.base_url)
     lost = failure(chunks)
     assert lost.code == ErrorCode.PROTOCOL
-    assert "\\ud83d is half of a UTF-16 surrogate pair" in lost.message
+    assert "\\ud83d is half of a UTF-16 surrogate pair" in lost.message, lost.message
     assert "truncated" not in lost.message
