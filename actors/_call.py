@@ -45,7 +45,9 @@ from llmrt import (
     FinishError,
     FinishStop,
     GenerateOptions,
+    LlmError,
     LlmFailure,
+    ModelModality,
     ModelSource,
     ReasoningDelta,
     ResolvedRetryPolicy,
@@ -58,7 +60,13 @@ from llmrt import (
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
-from ._prepare import apply_config, config_of, resolve_config, validated_model_info
+from ._prepare import (
+    apply_config,
+    config_of,
+    project_inputs,
+    resolve_config,
+    validated_model_info,
+)
 from ._registration import Registration
 from ._topology import Route
 
@@ -118,6 +126,8 @@ class PreparedTarget:
 
     route: Route
     config: Any  # LlmCallConfig
+    #: The model's input modalities as resolved at preparation (None: unknown).
+    input_modalities: tuple[ModelModality, ...] | None = None
 
 
 async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
@@ -162,6 +172,7 @@ class Call:
     _registration: Registration | None = attrs.field(default=None, init=False)
     _signal_key: int | None = attrs.field(default=None, init=False)
     _inner: AsyncIterator[StreamChunk] | None = attrs.field(default=None, init=False)
+    _adapter_error: Exception | None = attrs.field(default=None, init=False)
     watch_last: float = attrs.field(default=0.0, init=False)
     watch_paused: bool = attrs.field(default=False, init=False)
     watch_done: bool = attrs.field(default=False, init=False)
@@ -170,6 +181,16 @@ class Call:
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
+
+    @property
+    def adapter_error(self) -> Exception | None:
+        """The exception the adapter raised, exactly as raised; None if it raised none.
+
+        The finish carries only the `LlmFailure` facts; this keeps the object
+        itself (type, attributes, traceback) for diagnostics. Set when the
+        adapter's ``stream()`` or ``resolve_model()`` raised.
+        """
+        return self._adapter_error
 
     # ---- ``async with``: start the call task, and on exit stop it ------------------------
 
@@ -344,6 +365,7 @@ class Call:
                                         self.watch_last = clock.current_time()
                     except Exception as exc:
                         if direct:
+                            self._adapter_error = exc
                             failure = failure_of(exc)
                         else:
                             raised = exc
@@ -435,6 +457,7 @@ class Call:
             async for chunk in source:
                 yield chunk
         except Exception as exc:
+            self._adapter_error = exc
             yield Finish(reason=FinishError(failure=failure_of(exc)))
         finally:
             if source is not None:
@@ -481,10 +504,19 @@ class Call:
         if self._target is None:
             try:
                 info = await validated_model_info(adapter, options.provider, options.model)
-                config, _ = resolve_config(config_of(options), info)
             except Exception as exc:
+                if not isinstance(exc, LlmError) or exc.code != ErrorCode.INVALID_MODEL_INFO:
+                    self._adapter_error = exc  # raised by the adapter's resolve_model()
                 return Finish(reason=FinishError(failure=failure_of(exc)))
+            try:
+                config, _ = resolve_config(config_of(options), info)
+            except LlmError as exc:
+                return Finish(reason=FinishError(failure=exc.failure))
             options = apply_config(options, config)
+            modalities = info.input_modalities
+        else:
+            modalities = self._target.input_modalities
+        options = project_inputs(options, modalities)
         return adapter, _gate_replay(options, registration, core.registry.topology.routes)
 
     def _release(self) -> None:

@@ -37,6 +37,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from llmrt.adapters.openai_chat import find_preset
 
 from . import config as configuration
 
@@ -123,6 +124,22 @@ async def _configured_runtime(
         yield rt
 
 
+def _route_of(config: configuration.Config, name: str) -> str:
+    """The route `name` means: a route of that name, else the route of the preset so named.
+
+    So ``-p deepseek-official`` (the preset) reaches the ``deepseek`` route.
+    """
+    if config.route(name) is not None:
+        return name
+    preset = find_preset(name)
+    routes = [
+        spec.route
+        for spec in config.routes
+        if preset is not None and spec.preset is not None and find_preset(spec.preset) is preset
+    ]
+    return routes[0] if len(routes) == 1 else name
+
+
 def _default_model(config: configuration.Config, provider: str) -> str:
     spec = config.route(provider)
     if spec is None:
@@ -131,12 +148,15 @@ def _default_model(config: configuration.Config, provider: str) -> str:
         return "demo-1"
     if spec.models:
         return spec.models[0].id
-    if spec.preset == "deepseek-official":
+    if spec.preset in ("deepseek-official", "deepseek"):
         return "deepseek-chat"
     if spec.preset == "openai":
         return "gpt-4.1-mini"
     if spec.adapter == "anthropic":
         return "claude-sonnet-4-5"
+    preset = find_preset(spec.preset or "")
+    if preset is not None and preset.models:
+        return preset.models[0].id
     raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
 
 
@@ -218,7 +238,8 @@ async def _run_events(
 async def _call(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
-    provider = args.provider or "demo"
+    provider = _route_of(config, args.provider or "demo") if args.via is None else args.provider
+    provider = provider or "demo"
     options = GenerateOptions(
         provider=provider,
         model=args.model or _default_model(config, provider),

@@ -9,12 +9,18 @@ import msgspec
 from llmrt import (
     Adapter,
     CallConfigDefaults,
+    ContentBlock,
     ErrorCode,
     GenerateOptions,
+    ImageBlock,
     LlmCallConfig,
     LlmError,
     ModelInfo,
+    ModelModality,
     ResolvedModelInfo,
+    TextBlock,
+    ToolResultBlock,
+    image_placeholder,
 )
 
 __all__ = [
@@ -23,6 +29,7 @@ __all__ = [
     "resolve_config",
     "config_of",
     "apply_config",
+    "project_inputs",
 ]
 
 _info_decoder = msgspec.json.Decoder(ResolvedModelInfo)
@@ -103,6 +110,9 @@ def resolve_config(
     ``max_tokens`` is filled only when absent; an explicit reasoning effort must
     be one the model lists (no clamping, no aliasing), else `LlmError`
     ``UNSUPPORTED_REASONING_EFFORT``; an absent effort takes the model's default.
+    An output cap that leaves no room in the model's context window (``max_tokens``
+    at or above it) is `LlmError` ``CONTEXT_WINDOW_EXCEEDED``: no such request
+    can succeed, so it is refused before any I/O.
     """
     updates: dict[str, object] = {}
     max_tokens_default = False
@@ -124,6 +134,14 @@ def resolve_config(
         updates["reasoning_effort"] = reasoning.default_effort
         effort_default = True
     resolved = msgspec.structs.replace(config, **updates) if updates else config
+    window = None if info.context is None else info.context.context_window
+    if window is not None and resolved.max_tokens is not None and resolved.max_tokens >= window:
+        whose = "the model's default output cap" if max_tokens_default else "max_tokens"
+        raise LlmError(
+            ErrorCode.CONTEXT_WINDOW_EXCEEDED,
+            f"{whose} {resolved.max_tokens} leaves no room in the {window}-token context "
+            f"window of model {config.model!r} of provider {config.provider!r}",
+        )
     return resolved, CallConfigDefaults(
         reasoning_effort=effort_default, max_tokens=max_tokens_default
     )
@@ -154,3 +172,46 @@ def apply_config(options: GenerateOptions, config: LlmCallConfig) -> GenerateOpt
         max_tokens=config.max_tokens,
         stop=config.stop,
     )
+
+
+def project_inputs(
+    options: GenerateOptions, modalities: tuple[ModelModality, ...] | None
+) -> GenerateOptions:
+    """``options`` as a route with these input modalities can take it.
+
+    When the model is known to take no images, every image (tool results'
+    nested images included) becomes a `TextBlock` with its `image_placeholder`.
+    Returns a new request; the caller's messages are never changed. Unknown
+    modalities (``None``) leave the request as it is.
+    """
+    if modalities is None or "image" in modalities:
+        return options
+    messages = options.messages
+    projected = None
+    for i, message in enumerate(messages):
+        content = _without_images(message.content)
+        if content is not None:
+            if projected is None:
+                projected = list(messages)
+            projected[i] = msgspec.structs.replace(message, content=content)
+    if projected is None:
+        return options
+    return msgspec.structs.replace(options, messages=tuple(projected))
+
+
+def _without_images(blocks: tuple[ContentBlock, ...]) -> tuple[ContentBlock, ...] | None:
+    """``blocks`` with images replaced by placeholders, or None when there were none."""
+    out: list[ContentBlock] | None = None
+    for i, block in enumerate(blocks):
+        new: ContentBlock | None = None
+        if type(block) is ImageBlock:
+            new = TextBlock(text=image_placeholder(block))
+        elif type(block) is ToolResultBlock:
+            nested = _without_images(block.content)
+            if nested is not None:
+                new = msgspec.structs.replace(block, content=nested)
+        if new is not None:
+            if out is None:
+                out = list(blocks)
+            out[i] = new
+    return None if out is None else tuple(out)

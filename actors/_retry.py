@@ -88,15 +88,19 @@ def retry_delay_ms(
 ) -> float | None:
     """How long to wait before retrying after ``failure``, or None when it is final.
 
-    Final: a code that is never retried or not in the policy's
-    ``retryable_codes``; a normal policy out of retries; a provider-requested
-    delay above ``max_retry_after_ms``. A valid provider-requested delay
-    replaces the computed one.
+    Final: an abort; for a normal policy, a code that is never retried or not
+    in its ``retryable_codes``, or no retries left; a provider-requested delay
+    above ``max_retry_after_ms``. A valid provider-requested delay replaces
+    the computed one.
     """
     code = str(failure.code)
-    if code in NEVER_RETRIED_CODES or code not in policy.retryable_codes:
+    if code == ErrorCode.ABORTED:
         return None
-    if isinstance(policy, NormalRetryPolicy) and retries_done >= policy.max_retries:
+    if isinstance(policy, NormalRetryPolicy) and (
+        code in NEVER_RETRIED_CODES
+        or code not in policy.retryable_codes
+        or retries_done >= policy.max_retries
+    ):
         return None
     requested = failure.provider_retry_after_ms
     if requested is not None and requested > 0:

@@ -27,6 +27,7 @@ from llmrt import (
     ModelContext,
     ModelDiscoveryRequest,
     ModelInfo,
+    ModelModality,
     NormalRetryPolicy,
     ProviderInfo,
     ResolvedModelInfo,
@@ -138,6 +139,9 @@ class PreparedCall:
     adapter_defaults: CallConfigDefaults
     _runtime: LlmRuntime
     _route: Route
+    #: The model's input modalities (None: unknown); images go to a text-only
+    #: model as placeholders.
+    input_modalities: tuple[ModelModality, ...] | None = None
     _used: bool = attrs.field(default=False, init=False)
 
     def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> Call:
@@ -155,7 +159,8 @@ class PreparedCall:
                 "from the prepared config",
             )
         self._used = True
-        return self._runtime._stream(options, signal, PreparedTarget(self._route, self.config))
+        target = PreparedTarget(self._route, self.config, self.input_modalities)
+        return self._runtime._stream(options, signal, target)
 
 
 @attrs.define(eq=False)
@@ -173,6 +178,12 @@ class LlmRuntime:
         config failures arrive as an ``error`` finish; abort (``call.abort()``
         or ``signal``) as an ``aborted`` finish. Middleware exceptions are raised
         from the iteration.
+
+        Not every step of the iteration is a checkpoint: a chunk that is
+        already buffered is returned without yielding to the scheduler (there
+        is at least one checkpoint per 64 chunks, and one whenever the call
+        has to wait). A consumer that must let other tasks run between chunks
+        calls ``await trio.lowlevel.checkpoint()`` itself.
         """
         if not isinstance(options, GenerateOptions):
             raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
@@ -383,6 +394,7 @@ class LlmRuntime:
             adapter_defaults=defaults,
             runtime=self,
             route=route,
+            input_modalities=info.input_modalities,
         )
 
 

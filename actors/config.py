@@ -5,8 +5,11 @@ adds a route for each well-known API-key variable that is set and not
 already used by the file, and always adds the built-in ``demo`` route unless
 the file declares one. `register_config` registers the routes into a runtime,
 in `Config.routes` order: file entries (file order), then detected
-environment routes (``deepseek``, ``openai``, ``anthropic``), then ``demo``
-last, so a real provider comes first when there is one.
+environment routes (``deepseek``, ``openai``, ``anthropic``, then the other
+hosted presets with a key variable: ``openrouter``, ``groq``, ...), then
+``demo`` last, so a real provider comes first when there is one. Local
+servers (``vllm``, ``ollama``, ...) have no key: they are routes only when
+the file declares them.
 
 Every problem is one `ConfigError` naming the file, the line and the reason.
 API keys never live in the file (an ``api_key`` key is refused) and their
@@ -35,7 +38,7 @@ from llmrt import (
 )
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
-from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter
+from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter, find_preset
 
 from ._config_schema import (
     FileTable,
@@ -72,11 +75,19 @@ DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
 #: The environment variable naming a config file.
 CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
 
-#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added.
+#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added:
+#: DeepSeek, OpenAI, Anthropic, then every other hosted preset that names a route.
 DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] = (
     ("DEEPSEEK_API_KEY", "deepseek", "openai_chat", "deepseek-official"),
     ("OPENAI_API_KEY", "openai", "openai_chat", "openai"),
     ("ANTHROPIC_API_KEY", "anthropic", "anthropic", None),
+    *(
+        (preset.api_key_env, preset.route, "openai_chat", preset.name)
+        for preset in PRESETS.values()
+        if preset.api_key_env
+        and preset.route
+        and preset.name not in ("deepseek-official", "openai")
+    ),
 )
 
 _ADAPTERS: Final[tuple[AdapterKind, ...]] = ("openai_chat", "anthropic", "demo")
@@ -387,9 +398,10 @@ def _preset(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
     if entry.adapter != "openai_chat":
         return None
     preset = entry.preset or "openai-compatible"
-    if preset not in PRESETS:
+    found = find_preset(preset)
+    if found is None:
         raise ctx.error((*at, "preset"), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    if entry.base_url is None and PRESETS[preset].base_url is None:
+    if entry.base_url is None and found.base_url is None:
         raise ctx.error(at, f"preset {preset!r} needs `base_url` (the server's http(s) URL)")
     return preset
 
@@ -414,7 +426,9 @@ def _api_key_env(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
         return name
     if entry.adapter == "anthropic":
         return _ANTHROPIC_KEY_ENV
-    return PRESETS[entry.preset or "openai-compatible"].api_key_env
+    found = find_preset(entry.preset or "openai-compatible")
+    assert found is not None  # checked by _preset first
+    return found.api_key_env
 
 
 def _tokens_per_second(ctx: _Context, at: Path, entry: ProviderTable) -> float | None:
@@ -459,19 +473,25 @@ def _retry(ctx: _Context, at: Path, retry: RetryTable) -> ResolvedRetryPolicy:
         raise ctx.error(
             (*at, "mode"), f'unknown retry mode {retry.mode!r}; use "normal" or "always"'
         )
-    if retry.mode == "always" and retry.max_retries is not None:
-        raise ctx.error((*at, "max_retries"), 'max_retries applies only to mode = "normal"')
+    if retry.mode == "always":
+        for field in ("max_retries", "retryable_codes"):
+            if getattr(retry, field) is not None:
+                raise ctx.error(
+                    (*at, field),
+                    f'{field} applies only to mode = "normal" ("always" retries every code)',
+                )
     known = set(ErrorCode)
     for index, code in enumerate(retry.retryable_codes or ()):
         if code not in known:
             raise ctx.error((*at, "retryable_codes", index), f"unknown error code {code!r}")
-    fields = ("initial_delay_ms", "max_delay_ms", "jitter_ratio", "retryable_codes")
+    fields = ("initial_delay_ms", "max_delay_ms", "jitter_ratio")
     kwargs: dict[str, Any] = {f: getattr(retry, f) for f in fields if getattr(retry, f) is not None}
     try:
         if retry.mode == "always":
             return AlwaysRetryPolicy(**kwargs)
-        if retry.max_retries is not None:
-            kwargs["max_retries"] = retry.max_retries
+        for field in ("max_retries", "retryable_codes"):
+            if getattr(retry, field) is not None:
+                kwargs[field] = getattr(retry, field)
         return NormalRetryPolicy(**kwargs)
     except (ValueError, TypeError) as exc:
         # The policies name the offending field first ("max_delay_ms must be ...").

@@ -14,6 +14,13 @@ block types (server tools and their results) have no llmrt form and are
 skipped with their deltas. llmrt indices are assigned in first-seen order
 over the blocks that are emitted.
 
+Shapes beside the plain stream: a ``tool_use`` whose complete ``input``
+arrives in ``content_block_start`` (programmatic tool calling) has that
+input, raw, as its arguments, and fragments after it are ignored; blocks
+carried whole in ``message_start.message.content`` are emitted, each opened
+and closed at once; a second ``message_start`` is a ``PROTOCOL`` error (one
+response is one message).
+
 Replay envelope of a successful finish: ``response`` holds the message id,
 model, native stop reason and the request id; ``blocks`` has one entry per
 emitted block: ``{"signature": ...}`` for a signed thinking block,
@@ -27,12 +34,7 @@ from typing import Any
 import msgspec
 
 from llmrt import (
-    BlockEnd,
-    BlockStart,
-    ContentBlock,
     ErrorCode,
-    Finish,
-    FinishError,
     FinishMaxTokens,
     FinishReason,
     FinishStop,
@@ -44,18 +46,15 @@ from llmrt import (
     Message,
     ModelSource,
     ReasoningBlock,
-    ReasoningDelta,
     ReplayEnvelope,
     StreamChunk,
     TextBlock,
-    TextDelta,
     TokenUsage,
     ToolCallBlock,
-    ToolCallDelta,
     ToolResultBlock,
-    UsageChunk,
 )
 
+from ._blocks import Block, BlockKind, BlockTracker
 from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
@@ -78,16 +77,6 @@ class _Usage(msgspec.Struct):
     output_tokens_details: _OutputDetails | None = None
 
 
-class _Message(msgspec.Struct):
-    id: str | None = None
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-class _MessageStart(msgspec.Struct):
-    message: _Message
-
-
 class _Block(msgspec.Struct):
     type: str
     text: str | None = None
@@ -96,6 +85,22 @@ class _Block(msgspec.Struct):
     data: str | None = None
     id: str | None = None
     name: str | None = None
+    #: A tool call's input as sent: ``{}`` when the arguments stream as
+    #: fragments, the whole object when they do not (programmatic tool calling).
+    input: msgspec.Raw = msgspec.Raw()
+
+
+class _Message(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    usage: _Usage | None = None
+    #: Blocks that arrive whole with the message (a replayed or proxied response).
+    content: list[_Block] | None = None
+    stop_reason: str | None = None
+
+
+class _MessageStart(msgspec.Struct):
+    message: _Message
 
 
 class _BlockStart(msgspec.Struct):
@@ -151,12 +156,13 @@ _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "error": msgspec.json.Decoder(_ErrorEvent),
 }
 _type_decoder = msgspec.json.Decoder(_Typed)
+_empty_object = msgspec.json.Decoder(dict[str, Any])
 _BAD_JSON = (msgspec.DecodeError, msgspec.ValidationError)
 
 _STOP = FinishStop()
 
 #: Anthropic block types that have an llmrt form, and that form.
-_BLOCK_KINDS = {
+_BLOCK_KINDS: dict[str, BlockKind] = {
     "text": "text",
     "thinking": "reasoning",
     "redacted_thinking": "reasoning",
@@ -173,35 +179,25 @@ def _classify_inband(error: _ErrorBody) -> LlmFailure:
     )
 
 
-class _Open:
-    """One emitted block: llmrt index, kind, fragments and replay facts."""
-
-    __slots__ = ("call_id", "closed", "index", "kind", "name", "parts", "redacted", "signature")
-
-    def __init__(self, index: int, kind: str) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts: list[str] = []
-        self.signature = ""
-        self.redacted: str | None = None
-        self.call_id = ""
-        self.name = ""
-        self.closed = False
-
-    def block(self) -> ContentBlock:
-        text = "".join(self.parts)
-        if self.kind == "text":
-            return TextBlock(text=text)
-        if self.kind == "reasoning":
-            return ReasoningBlock(text=text)
-        return ToolCallBlock(id=self.call_id, name=self.name, arguments=text or "{}")
-
-    def replay_entry(self) -> dict[str, str] | None:
-        if self.redacted is not None:
-            return {"redacted": self.redacted}
-        if self.kind == "reasoning" and self.signature:
-            return {"signature": self.signature}
+def _whole_input(raw: msgspec.Raw) -> str | None:
+    """A tool call's complete input as raw JSON text; None if absent or the ``{}`` placeholder."""
+    if not raw:
         return None
+    text = bytes(raw).decode()
+    try:
+        placeholder = _empty_object.decode(raw) == {}
+    except _BAD_JSON:
+        placeholder = False
+    return None if placeholder else text
+
+
+def _replay_entry(block: _Block) -> dict[str, str] | None:
+    """A block's replay fact, as it is known at its start (signatures may follow as deltas)."""
+    if block.type == "redacted_thinking":
+        return {"redacted": block.data or ""}
+    if block.type == "thinking" and block.signature:
+        return {"signature": block.signature}
+    return None
 
 
 class AnthropicStreamDecoder:
@@ -228,38 +224,30 @@ class AnthropicStreamDecoder:
     the replay envelope. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_by_index",
-        "_done",
-        "_message_id",
-        "_model",
-        "_request_id",
-        "_stop_reason",
-        "_usage",
-    )
+    __slots__ = ("_blocks", "_message_id", "_model", "_started", "_stop_reason", "_usage", "_whole")
 
     def __init__(self, *, request_id: str | None = None) -> None:
-        self._request_id = request_id
-        self._blocks: list[_Open] = []
-        self._by_index: dict[int, _Open] = {}
+        self._blocks = BlockTracker(request_id=request_id, empty_arguments="{}")
+        self._started = False
+        self._whole: set[int] = set()
         self._usage: dict[str, int] | None = None
         self._message_id: str | None = None
         self._model: str | None = None
         self._stop_reason: str | None = None
-        self._done = False
 
     @property
     def finished(self) -> bool:
         """True once a ``finish`` chunk has been returned."""
-        return self._done
+        return self._blocks.done
 
     def push(self, event: str, data: bytes) -> list[StreamChunk]:
         """Decode one SSE event; return the chunks it produces."""
-        if self._done or event == "ping":
+        blocks = self._blocks
+        if blocks.done or event == "ping":
             return []
         if event == "message_stop":
-            return self._complete()
+            self._complete()
+            return blocks.take()
         decoder = _DECODERS.get(event)
         if decoder is None:
             if event not in ("", "message"):
@@ -268,95 +256,109 @@ class AnthropicStreamDecoder:
             try:
                 event = _type_decoder.decode(data).type
             except _BAD_JSON as exc:
-                return self._fail(
+                blocks.fail(
                     ErrorCode.PROTOCOL,
                     f"malformed event from the provider: {describe_json_error(exc, data)}",
                 )
+                return blocks.take()
             return self.push(event, data) if event not in ("", "message") else []
         try:
             payload = decoder.decode(data)
         except _BAD_JSON as exc:
-            return self._fail(
+            blocks.fail(
                 ErrorCode.PROTOCOL, f"malformed {event} event: {describe_json_error(exc, data)}"
             )
-        out: list[StreamChunk] = []
+            return blocks.take()
         match payload:
             case _BlockDelta():
-                self._delta(payload, out)
+                self._delta(payload)
             case _BlockStart():
-                self._start(payload, out)
+                self._start(payload)
             case _BlockStop():
-                state = self._by_index.get(payload.index)
-                if state is not None and not state.closed:
-                    state.closed = True
-                    out.append(BlockEnd(index=state.index, block=state.block()))
+                block = blocks.get(payload.index)
+                if block is not None:
+                    blocks.close(block)
             case _MessageDelta():
                 if payload.delta is not None and payload.delta.stop_reason is not None:
                     self._stop_reason = payload.delta.stop_reason
                 if payload.usage is not None:
                     self._merge_usage(payload.usage)
             case _MessageStart():
-                message = payload.message
-                self._message_id, self._model = message.id, message.model
-                if message.usage is not None:
-                    self._merge_usage(message.usage)
+                self._message_start(payload.message)
             case _ErrorEvent():
                 body = payload.error or _ErrorBody(message="provider reported an error")
-                return self._fail_with(_classify_inband(body))
-        return out
+                blocks.fail_with(_classify_inband(body))
+        return blocks.take()
 
     def end(self) -> list[StreamChunk]:
         """The body ended: a ``NETWORK`` error finish unless a finish was already returned."""
-        if self._done:
-            return []
-        return self._fail(ErrorCode.NETWORK, "response ended before message_stop")
+        self._blocks.end("message_stop")
+        return self._blocks.take()
 
     # --- internals ---
 
-    def _start(self, payload: _BlockStart, out: list[StreamChunk]) -> None:
-        block = payload.content_block
-        kind = _BLOCK_KINDS.get(block.type)
-        if kind is None or payload.index in self._by_index:
+    def _message_start(self, message: _Message) -> None:
+        if self._started:
+            # One response is one message: a second one would merge two
+            # answers (or a retried one) into the first one's blocks.
+            self._blocks.fail(ErrorCode.PROTOCOL, "a second message_start in one response stream")
             return
-        state = _Open(len(self._blocks), kind)
-        self._blocks.append(state)
-        self._by_index[payload.index] = state
-        out.append(BlockStart(index=state.index, block_type=kind))
-        if block.type == "text" and block.text:
-            state.parts.append(block.text)
-            out.append(TextDelta(index=state.index, text=block.text))
-        elif block.type == "thinking":
-            state.signature = block.signature or ""
-            if block.thinking:
-                state.parts.append(block.thinking)
-                out.append(ReasoningDelta(index=state.index, text=block.thinking))
-        elif block.type == "redacted_thinking":
-            state.redacted = block.data or ""
-        elif block.type == "tool_use":
-            # ``input`` is always ``{}`` here; the arguments stream as partial_json.
-            state.call_id, state.name = block.id or "", block.name or ""
-            out.append(ToolCallDelta(index=state.index, id=state.call_id, name=state.name))
+        self._started = True
+        self._message_id, self._model = message.id, message.model
+        if message.usage is not None:
+            self._merge_usage(message.usage)
+        if message.stop_reason is not None:
+            self._stop_reason = message.stop_reason
+        # Blocks that come whole with the message are complete: each is
+        # opened and closed at once, under its position as its stream index
+        # (later streamed blocks continue the numbering).
+        for position, block in enumerate(message.content or ()):
+            state = self._open(position, block)
+            if state is not None:
+                self._blocks.close(state)
 
-    def _delta(self, payload: _BlockDelta, out: list[StreamChunk]) -> None:
-        state = self._by_index.get(payload.index)
-        if state is None or state.closed:
+    def _start(self, payload: _BlockStart) -> None:
+        self._open(payload.index, payload.content_block)
+
+    def _open(self, index: int, block: _Block) -> Block | None:
+        blocks = self._blocks
+        kind = _BLOCK_KINDS.get(block.type)
+        if kind is None or blocks.get(index) is not None:
+            return None
+        state = blocks.open(kind, index)
+        state.replay = _replay_entry(block)
+        if block.type == "text":
+            blocks.text(state, block.text)
+        elif block.type == "thinking":
+            blocks.reasoning(state, block.thinking)
+        elif block.type == "tool_use":
+            arguments = _whole_input(block.input)
+            if arguments is not None:
+                # The input came whole: fragments that might follow would
+                # append to a complete object, so none are taken.
+                self._whole.add(state.index)
+            blocks.tool_call(state, arguments, call_id=block.id or "", name=block.name or "")
+        return state
+
+    def _delta(self, payload: _BlockDelta) -> None:
+        blocks = self._blocks
+        state = blocks.get(payload.index)
+        if state is None:
             return
         delta = payload.delta
-        kind = state.kind
-        if kind == "text":
-            if delta.type == "text_delta" and delta.text:
-                state.parts.append(delta.text)
-                out.append(TextDelta(index=state.index, text=delta.text))
-        elif kind == "tool-call":
-            if delta.type == "input_json_delta" and delta.partial_json:
-                state.parts.append(delta.partial_json)
-                out.append(ToolCallDelta(index=state.index, arguments_delta=delta.partial_json))
+        if state.kind == "text":
+            if delta.type == "text_delta":
+                blocks.text(state, delta.text)
+        elif state.kind == "tool-call":
+            if delta.type == "input_json_delta" and state.index not in self._whole:
+                blocks.tool_call(state, delta.partial_json)
         elif delta.type == "thinking_delta":
-            if delta.thinking:
-                state.parts.append(delta.thinking)
-                out.append(ReasoningDelta(index=state.index, text=delta.thinking))
-        elif delta.type == "signature_delta" and delta.signature:
-            state.signature += delta.signature
+            blocks.reasoning(state, delta.thinking)
+        elif delta.type == "signature_delta" and delta.signature and not state.closed:
+            entry = state.replay if isinstance(state.replay, dict) else {}
+            if "redacted" not in entry:
+                entry["signature"] = entry.get("signature", "") + delta.signature
+                state.replay = entry
 
     def _merge_usage(self, usage: _Usage) -> None:
         current = self._usage if self._usage is not None else {}
@@ -376,60 +378,29 @@ class AnthropicStreamDecoder:
                 current[key] = value
         self._usage = current
 
-    def _fail(self, code: str, message: str) -> list[StreamChunk]:
-        self._done = True
-        return [Finish(reason=self._error(code, message))]
-
-    def _fail_with(self, failure: LlmFailure) -> list[StreamChunk]:
-        self._done = True
-        if self._request_id is not None and failure.request_id is None:
-            failure = msgspec.structs.replace(failure, request_id=self._request_id)
-        return [Finish(reason=FinishError(failure=failure))]
-
-    def _error(self, code: str, message: str) -> FinishError:
-        return FinishError(
-            failure=LlmFailure(message=message, code=code, request_id=self._request_id)
-        )
-
-    def _complete(self) -> list[StreamChunk]:
-        self._done = True
-        out: list[StreamChunk] = []
-        for state in self._blocks:
-            if not state.closed:
-                state.closed = True
-                out.append(BlockEnd(index=state.index, block=state.block()))
+    def _complete(self) -> None:
         usage = self._usage
+        token_usage = None
         if usage is not None:
-            out.append(
-                UsageChunk(
-                    usage=TokenUsage(
-                        input_tokens=usage.get("input", 0),
-                        output_tokens=usage.get("output", 0),
-                        cache_read_tokens=usage.get("read"),
-                        cache_write_tokens=usage.get("write"),
-                        reasoning_tokens=usage.get("reasoning"),
-                    )
-                )
+            token_usage = TokenUsage(
+                input_tokens=usage.get("input", 0),
+                output_tokens=usage.get("output", 0),
+                cache_read_tokens=usage.get("read"),
+                cache_write_tokens=usage.get("write"),
+                reasoning_tokens=usage.get("reasoning"),
             )
-        reason = self._reason()
-        if type(reason) is FinishError:
-            out.append(Finish(reason=reason))
-            return out
         response = {
             key: value
             for key, value in (
                 ("id", self._message_id),
                 ("model", self._model),
                 ("stopReason", self._stop_reason),
-                ("requestId", self._request_id),
+                ("requestId", self._blocks.request_id),
             )
             if value is not None
         }
-        envelope = ReplayEnvelope(
-            response=response, blocks=tuple(s.replay_entry() for s in self._blocks)
-        )
-        out.append(Finish(reason=reason, replay_state=envelope))
-        return out
+        envelope = ReplayEnvelope(response=response, blocks=self._blocks.replay_blocks())
+        self._blocks.finish(self._reason(), usage=token_usage, replay_state=envelope)
 
     def _reason(self) -> FinishReason:
         reason = self._stop_reason
@@ -438,17 +409,16 @@ class AnthropicStreamDecoder:
         if reason == "max_tokens":
             return FinishMaxTokens()
         if reason == "refusal":
-            return self._error(
+            return self._blocks.failure(
                 ErrorCode.INVALID_REQUEST, "the model refused to answer (stop_reason refusal)"
             )
         if reason == "model_context_window_exceeded":
-            return self._error(
+            return self._blocks.failure(
                 ErrorCode.CONTEXT_WINDOW_EXCEEDED,
                 "the model's context window was exhausted (stop_reason "
                 "model_context_window_exceeded)",
             )
-        if not self._blocks:
-            return self._error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
+        # The tracker turns a stop without content into EMPTY_RESPONSE.
         return _STOP
 
 

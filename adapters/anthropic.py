@@ -19,9 +19,7 @@ import msgspec
 
 from llmrt import (
     Adapter,
-    ErrorCode,
     GenerateOptions,
-    LlmError,
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
@@ -30,15 +28,13 @@ from llmrt import (
 )
 
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
-from ._classify import classify_http_error
 from ._http import (
     SSEFeed,
     make_client,
     read_api_key,
     stream_events,
-    translate_http_error,
 )
-from .openai_chat import ModelSpec
+from ._models import ModelSpec, fetch_models
 
 __all__ = ["AnthropicAdapter", "ANTHROPIC_MODELS", "THINKING_BUDGETS"]
 
@@ -90,17 +86,6 @@ class _AnthropicEvents(SSEFeed):
             if decoder.finished:
                 break
         return out
-
-
-class _ModelList(msgspec.Struct):
-    class Entry(msgspec.Struct):
-        id: str
-        display_name: str | None = None
-
-    data: list[Entry]
-
-
-_model_list = msgspec.json.Decoder(_ModelList)
 
 
 @attrs.define(eq=False)
@@ -175,31 +160,16 @@ class AnthropicAdapter(Adapter):
         return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
-        """Anthropic's ``GET /v1/models``."""
-        try:
-            response = await self._client.get(
-                "/v1/models", headers=self._headers("application/json")
-            )
-        except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
-        if response.status_code >= 300:
-            raise LlmError.from_failure(
-                classify_http_error(
-                    "anthropic", response.status_code, response.headers, response.content
-                )
-            )
-        try:
-            entries = _model_list.decode(response.content).data
-        except msgspec.DecodeError as exc:
-            raise LlmError(ErrorCode.PROTOCOL, f"unreadable model list: {exc}") from None
-        return tuple(
-            ModelInfo(
-                provider=provider,
-                id=entry.id,
-                name=entry.display_name or entry.id,
-                input_modalities=("text", "image"),
-            )
-            for entry in entries
+        """Anthropic's ``GET /v1/models``; the built-in table where the endpoint has none."""
+        return await fetch_models(
+            self._client,
+            "/v1/models",
+            provider=provider,
+            provider_kind="anthropic",
+            headers=self._headers("application/json"),
+            table=self._table,
+            params={"limit": "1000"},
+            default_modalities=("text", "image"),
         )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:

@@ -48,6 +48,7 @@ from ._content import ToolCallBlock as ToolCallBlock
 from ._content import ToolResultBlock as ToolResultBlock
 from ._content import ToolSource as ToolSource
 from ._content import UserSource as UserSource
+from ._content import image_placeholder as image_placeholder
 from ._content import new_message_id as new_message_id
 from ._content import system_message as system_message
 from ._content import tool_result_message as tool_result_message
@@ -182,6 +183,7 @@ __all__ = [
     "encode",
     "encode_into",
     "failure_of",
+    "image_placeholder",
     "new_message_id",
     "system_message",
     "tool_result_message",

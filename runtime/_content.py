@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
 
+from ._freeze import deep_freeze
 from ._wire import Wire
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "ReplayEnvelope",
     "Message",
     "Role",
+    "image_placeholder",
     "new_message_id",
     "user_message",
     "system_message",
@@ -57,6 +60,18 @@ class ImageBlock(Wire, frozen=True, tag_field="type", tag="image"):
     def __post_init__(self) -> None:
         if (self.data is None) == (self.url is None):
             raise ValueError("an image block needs exactly one of `data` and `url`")
+
+
+def image_placeholder(image: ImageBlock) -> str:
+    """The text a route that takes no images gets instead of `image`.
+
+    Deterministic and distinct per image (its media type and a digest of its
+    data or URL), so the same history always projects to the same request and
+    a model can still tell two images apart.
+    """
+    source = image.data if image.data is not None else image.url or ""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"[image omitted: {image.media_type}, sha256 {digest}]"
 
 
 class ToolCallBlock(Wire, frozen=True, tag_field="type", tag="tool-call"):
@@ -92,6 +107,14 @@ class ReplayEnvelope(Wire, frozen=True):
 
     response: Any = None
     blocks: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # Deep-frozen (dicts and lists become read-only), so no reader can
+        # change what another will replay.
+        if self.response is not None:
+            msgspec.structs.force_setattr(self, "response", deep_freeze(self.response))
+        if self.blocks is not None:
+            msgspec.structs.force_setattr(self, "blocks", deep_freeze(tuple(self.blocks)))
 
 
 class ContextSnapshotSection(Wire, frozen=True):

@@ -63,6 +63,13 @@ class LlmFailure(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit
     #: Opaque provider request id, for diagnostics.
     request_id: str | None = None
 
+    def __post_init__(self) -> None:
+        # Decoding checks the Meta constraint; constructing does not, so check
+        # here too: a failure with a negative delay must not exist at all.
+        delay = self.provider_retry_after_ms
+        if delay is not None and (type(delay) is not int or delay <= 0):
+            raise ValueError(f"provider_retry_after_ms must be a positive int, not {delay!r}")
+
 
 class LlmError(Exception):
     """A failure with a stable code. ``str(err)`` is ``"CODE: message"``.

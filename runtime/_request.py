@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ._content import Message
+from ._freeze import deep_freeze
 from ._wire import Wire
 
 __all__ = [
@@ -35,7 +36,11 @@ class ToolSchema(Wire, frozen=True):
 
     name: _NonEmpty
     description: str
+    #: Deep-frozen when the schema is built: a `FrozenDict` (mutation raises).
     parameters: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "parameters", deep_freeze(self.parameters))
 
 
 class GenerateOptions(Wire, frozen=True):

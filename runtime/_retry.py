@@ -32,8 +32,9 @@ DEFAULT_RETRYABLE_CODES: tuple[str, ...] = (
     ErrorCode.EMPTY_RESPONSE,
 )
 
-#: Codes no policy retries, whatever its ``retryable_codes`` say: the same request
-#: would fail the same way, or the caller asked for the end.
+#: Codes a normal policy never retries, whatever its ``retryable_codes`` say: the
+#: same request would fail the same way, or the caller asked for the end. (An
+#: always policy retries everything but an abort.)
 NEVER_RETRIED_CODES: frozenset[str] = frozenset(
     {
         ErrorCode.AUTH,
@@ -50,7 +51,6 @@ _Ms = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class _Backoff(Wire, frozen=True):
-    retryable_codes: tuple[str, ...] = DEFAULT_RETRYABLE_CODES
     #: Delay before the first retry; doubles per retry up to ``max_delay_ms``.
     initial_delay_ms: _Ms = 1_000.0
     max_delay_ms: _Ms = 30_000.0
@@ -69,9 +69,11 @@ class _Backoff(Wire, frozen=True):
 class NormalRetryPolicy(_Backoff, frozen=True, tag_field="mode", tag="normal"):
     """At most ``max_retries`` retries, only for ``retryable_codes``.
 
+    Codes in `NEVER_RETRIED_CODES` are not retried even when listed.
     Defaults: 3 retries of the transient codes, 1 s doubling to 30 s, ±20 % jitter.
     """
 
+    retryable_codes: tuple[str, ...] = DEFAULT_RETRYABLE_CODES
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 3
 
     def __post_init__(self) -> None:
@@ -81,7 +83,13 @@ class NormalRetryPolicy(_Backoff, frozen=True, tag_field="mode", tag="normal"):
 
 
 class AlwaysRetryPolicy(_Backoff, frozen=True, tag_field="mode", tag="always"):
-    """Retries ``retryable_codes`` with no finite maximum."""
+    """Retries every failure, whatever its code, until an attempt succeeds or the call
+    is aborted; only the back-off is configurable.
+
+    For a host that keeps calls waiting while an operator fixes the cause (a
+    balance topped up, a key rotated, an outage over). To retry only some
+    codes, or a bounded number of times, use `NormalRetryPolicy`.
+    """
 
 
 ResolvedRetryPolicy = NormalRetryPolicy | AlwaysRetryPolicy

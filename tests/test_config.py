@@ -279,10 +279,10 @@ BAD_CASES = {
         [[provider]]
         route = "ds"
         adapter = "openai_chat"
-        preset = "deepseek"
+        preset = "deepsek"
         """,
         4,
-        ["unknown preset 'deepseek'", "deepseek-official", "$.provider[0].preset"],
+        ["unknown preset 'deepsek'", "deepseek-official", "$.provider[0].preset"],
     ),
     "duplicate-route": (
         """\
@@ -384,6 +384,21 @@ BAD_CASES = {
         """,
         6,
         ['max_retries applies only to mode = "normal"'],
+    ),
+    "retry-codes-with-always": (
+        """\
+        [[provider]]
+        route = "ds"
+        adapter = "anthropic"
+        [provider.retry]
+        mode = "always"
+        retryable_codes = ["RATE_LIMIT"]
+        """,
+        6,
+        [
+            'retryable_codes applies only to mode = "normal"',
+            "$.provider[0].retry.retryable_codes",
+        ],
     ),
     "retry-unknown-code": (
         """\

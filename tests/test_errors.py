@@ -48,6 +48,16 @@ def test_non_positive_provider_retry_after_is_dropped(retry_after: int) -> None:
     assert llmrt.encode(err.failure) == b'{"message":"busy","code":"OVERLOADED"}'
 
 
+@pytest.mark.parametrize("retry_after", [0, -5, 1.5, True, "100"])
+def test_a_failure_with_a_bad_retry_after_cannot_be_built(retry_after: object) -> None:
+    with pytest.raises(ValueError, match="provider_retry_after_ms"):
+        LlmFailure(message="busy", code="OVERLOADED", provider_retry_after_ms=retry_after)  # type: ignore[arg-type]
+    with pytest.raises(DecodeError):
+        llmrt.decode(
+            b'{"message":"busy","code":"OVERLOADED","providerRetryAfterMs":-5}', LlmFailure
+        )
+
+
 def test_from_failure_keeps_the_failure() -> None:
     failure = LlmFailure(message="gone", code=ErrorCode.NETWORK, status=502, request_id="r")
     err = LlmError.from_failure(failure)

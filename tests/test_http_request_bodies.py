@@ -130,10 +130,12 @@ async def test_deepseek_body_returns_reasoning_on_tool_turns_and_placeholders_im
                 [chunk async for chunk in call]
         body = json.loads(upstream.requests[0].body)
     user, assistant, _tool = body["messages"]
-    # deepseek-chat takes no images: a deterministic placeholder instead.
+    # deepseek-chat takes no images: the runtime sends a deterministic per-image
+    # placeholder instead (before the request reaches the adapter).
+    image = ImageBlock(media_type="image/png", data=PNG)
     assert user["content"] == [
         {"type": "text", "text": "Weather in Paris?"},
-        {"type": "text", "text": "[image: image/png]"},
+        {"type": "text", "text": llmrt.image_placeholder(image)},
     ]
     assert assistant["reasoning_content"] == "The user wants weather."
     assert body["max_tokens"] == 4_096  # the model's default output cap, materialized

@@ -206,7 +206,7 @@ async def test_always_mode_keeps_going_until_success(
 
 @pytest.mark.parametrize("code", sorted(llmrt.NEVER_RETRIED_CODES - {ErrorCode.ABORTED}))
 async def test_non_retryable_codes_fail_at_once(code: str) -> None:
-    policy = AlwaysRetryPolicy(retryable_codes=(code,))  # even when a policy lists them
+    policy = NormalRetryPolicy(retryable_codes=(code,), max_retries=10)  # even when listed
     adapter = ScriptedAdapter(failing(code))
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], adapter)
@@ -214,6 +214,27 @@ async def test_non_retryable_codes_fail_at_once(code: str) -> None:
     assert len(events) == 1
     assert final(events).reason.failure.code == code  # type: ignore[union-attr]
     assert len(adapter.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [ErrorCode.INSUFFICIENT_BALANCE, ErrorCode.AUTH, ErrorCode.INVALID_REQUEST, "VENDOR_SPECIFIC"],
+)
+async def test_always_mode_retries_every_code(
+    code: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    # As the contract has it: an always policy is back-off only, no code list.
+    assert set(AlwaysRetryPolicy.__struct_fields__) == {
+        "initial_delay_ms",
+        "max_delay_ms",
+        "jitter_ratio",
+    }
+    policy = AlwaysRetryPolicy(initial_delay_ms=100, max_delay_ms=1000, jitter_ratio=0)
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(failing(code, code, code)))
+        events, _ = await run(rt, policy=policy)
+    assert [e.failure.code for e in events if isinstance(e, RetryScheduled)] == [code] * 3
+    assert final(events).reason == FinishStop()
 
 
 async def test_partial_output_is_tagged_with_its_attempt(

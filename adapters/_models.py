@@ -1,0 +1,186 @@
+"""Model tables and model-list fetching, shared by the HTTP adapters.
+
+* `ModelSpec`: what an adapter knows about one model (a preset's table row).
+* `ModelEntry`: one model as a provider's list endpoint names it.
+* `fetch_models`: ``GET`` a provider's model list and turn it into
+  `ModelInfo`s, enriched from the adapter's table, falling back to the
+  table when the endpoint has no model list. Each adapter supplies only the
+  decoding of its list's JSON (`decode_data_list` reads the
+  ``{"data": [{"id": ...}]}`` form of OpenAI, compatible servers and
+  Anthropic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import aclosing
+
+import attrs
+import httpx
+import msgspec
+
+from llmrt import (
+    ErrorCode,
+    LlmError,
+    ModelContext,
+    ModelInfo,
+    ModelModality,
+    ModelReasoningInfo,
+    ReasoningEffortInfo,
+    ResolvedModelInfo,
+)
+
+from ._classify import classify_http_error
+from ._http import body_reads, translate_http_error
+
+__all__ = ["ModelEntry", "ModelSpec", "decode_data_list", "fetch_models", "model_infos"]
+
+
+@attrs.frozen
+class ModelSpec:
+    """What an adapter knows about one model of its endpoint."""
+
+    id: str
+    name: str | None = None
+    context_window: int | None = None
+    default_max_tokens: int | None = None
+    #: Whether the model takes images; text-only routes get text placeholders.
+    image_input: bool = False
+    #: Reasoning efforts the model accepts, in display order.
+    efforts: tuple[str, ...] = ()
+    default_effort: str | None = None
+    #: The output-cap field: OpenAI's reasoning models want ``max_completion_tokens``.
+    max_tokens_field: str = "max_tokens"
+
+    def resolved(self, provider: str) -> ResolvedModelInfo:
+        reasoning = None
+        if self.efforts:
+            reasoning = ModelReasoningInfo(
+                efforts=tuple(ReasoningEffortInfo(id=e, name=e) for e in self.efforts),
+                default_effort=self.default_effort,
+            )
+        return ResolvedModelInfo(
+            provider=provider,
+            id=self.id,
+            name=self.name or self.id,
+            input_modalities=("text", "image") if self.image_input else ("text",),
+            context=ModelContext(context_window=self.context_window)
+            if self.context_window
+            else None,
+            default_max_tokens=self.default_max_tokens,
+            reasoning=reasoning,
+        )
+
+
+class ModelEntry(msgspec.Struct, frozen=True):
+    """One model of a provider's list: its id and, if the list gives one, its display name.
+
+    ``display_name`` is Anthropic's field, ``name`` OpenRouter's; either names the model.
+    """
+
+    id: str
+    display_name: str | None = None
+    name: str | None = None
+
+
+class _DataList(msgspec.Struct):
+    data: list[ModelEntry]
+
+
+_data_list = msgspec.json.Decoder(_DataList)
+
+
+def decode_data_list(body: bytes) -> Sequence[ModelEntry]:
+    """Read ``{"data": [{"id": ..., "display_name"?: ..., "name"?: ...}, ...]}``.
+
+    Raises `msgspec.DecodeError` for anything else.
+    """
+    return _data_list.decode(body).data
+
+
+#: The largest model list read, in bytes (the longest known lists are a few hundred KiB).
+MAX_MODEL_LIST = 8 * 1024 * 1024
+#: Statuses that say "this endpoint has no model list" rather than "this request failed".
+_NO_LIST = frozenset({404, 405, 501})
+
+
+def model_infos(
+    provider: str,
+    entries: Sequence[ModelEntry],
+    table: Mapping[str, ModelSpec],
+    *,
+    default_modalities: tuple[ModelModality, ...] | None = None,
+) -> tuple[ModelInfo, ...]:
+    """`ModelInfo`s for ``entries``, in order.
+
+    The name is the list's display name, else the table's, else the id; the
+    modalities are the table's, or ``default_modalities`` (None: unknown) for
+    a model the table does not know.
+    """
+    out: list[ModelInfo] = []
+    for entry in entries:
+        spec = table.get(entry.id)
+        if spec is not None:
+            name = entry.display_name or entry.name or spec.name or entry.id
+            modalities: tuple[ModelModality, ...] | None = (
+                ("text", "image") if spec.image_input else ("text",)
+            )
+        else:
+            name, modalities = entry.display_name or entry.name or entry.id, default_modalities
+        out.append(
+            ModelInfo(
+                provider=provider,
+                id=entry.id,
+                name=name,
+                input_modalities=modalities,
+            )
+        )
+    return tuple(out)
+
+
+async def fetch_models(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    provider: str,
+    provider_kind: str,
+    headers: Mapping[str, str],
+    table: Mapping[str, ModelSpec],
+    decode: Callable[[bytes], Sequence[ModelEntry]] = decode_data_list,
+    params: Mapping[str, str] | None = None,
+    default_modalities: tuple[ModelModality, ...] | None = None,
+) -> tuple[ModelInfo, ...]:
+    """``GET path`` and return the listed models (see `model_infos`).
+
+    When the endpoint has no model list (404, 405 or 501) and ``table`` is
+    not empty, the table's models are returned instead. Raises `LlmError`:
+    the classified failure of any other error status, ``PROTOCOL`` for a
+    list ``decode`` cannot read or one above `MAX_MODEL_LIST` bytes, or a
+    translated transport error. A checkpoint.
+    """
+    try:
+        async with client.stream("GET", path, headers=dict(headers), params=params) as response:
+            status, response_headers = response.status_code, response.headers
+            body = bytearray()
+            # Inflated a bounded step at a time (`body_reads`), so a compressed bomb stops here.
+            async with aclosing(body_reads(response)) as reads:
+                async for piece in reads:
+                    body += piece
+                    if len(body) > MAX_MODEL_LIST:
+                        break
+    except httpx.HTTPError as exc:
+        raise translate_http_error(exc) from None
+    if status in _NO_LIST and table:
+        entries: Sequence[ModelEntry] = [ModelEntry(id=model) for model in table]
+    elif status >= 300:
+        raise LlmError.from_failure(
+            classify_http_error(provider_kind, status, response_headers, bytes(body[:65536]))
+        )
+    elif len(body) > MAX_MODEL_LIST:
+        raise LlmError(ErrorCode.PROTOCOL, f"the model list is larger than {MAX_MODEL_LIST} bytes")
+    else:
+        try:
+            entries = decode(bytes(body))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise LlmError(ErrorCode.PROTOCOL, f"unreadable model list: {exc}") from None
+    return model_infos(provider, entries, table, default_modalities=default_modalities)
