@@ -258,10 +258,15 @@ async def finish_body(reads: AsyncIterator[bytes]) -> None:
     A body read to its end lets httpx return the connection to the pool (no
     new TCP/TLS handshake for the next call); a server that keeps the body
     open past the marker costs at most `EOF_GRACE` seconds and its connection.
+    A body that fails to decode past the marker (a compressed bomb) costs
+    only its connection: the stream it ends was already complete.
     """
     with trio.move_on_after(EOF_GRACE):
-        async for _ in reads:
-            pass
+        try:
+            async for _ in reads:
+                pass
+        except LlmError:
+            pass  # the response is closed, not pooled, when the caller leaves it
 
 
 async def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:

@@ -298,6 +298,37 @@ async def test_a_gzip_error_body_is_inflated_and_classified() -> None:
     assert lost.code == ErrorCode.RATE_LIMIT and "Slow down" in lost.message
 
 
+async def test_a_gzip_bomb_after_the_end_marker_costs_only_the_connection() -> None:
+    script = SSEScript(
+        # One unterminated 30 MB line: the parser stops at [DONE] before it sees its end.
+        events=gzip_pieces(STREAM + b"x" * (30 << 20)),
+        headers={"content-encoding": "gzip"},
+    )
+    async with open_upstream(script) as upstream:
+        [chunks] = await run_calls(upstream.base_url)
+        with trio.fail_after(5):
+            record = await upstream.wait_connection_closed(0)
+    assert isinstance(finish_of(chunks).reason, FinishStop) and text_of(chunks) == "Hello"
+    assert record.closed_by == "client"
+
+
+async def test_a_gzip_bomb_as_a_model_list_is_a_protocol_error() -> None:
+    bomb = gzip.compress(b'{"data": [' + b" " * (30 << 20) + b"]}")
+
+    async def handler(conn: Conn) -> None:
+        await conn.read_request()
+        await conn.stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (len(bomb), bomb)
+        )
+        await conn.read_request()
+
+    async with raw_server(handler) as base_url:
+        with pytest.raises(llmrt.LlmError, match="inflates more than 100 times") as caught:
+            await adapter(base_url).list_models("p")
+    assert caught.value.code == ErrorCode.PROTOCOL
+
+
 def test_inflation_is_stepwise_and_bounded() -> None:
     body = b"data: x\n\n" * 100_000  # 900 KB, under the floor
     for coding, data in [
