@@ -449,7 +449,6 @@ async def test_an_early_413_is_read_while_the_body_is_still_being_written() -> N
             b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
             b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(error), error)
         )
-        await trio.sleep(0.05)  # let the answer arrive before the RST
         conn.reset()  # unread request bytes: the peer's writes fail
 
     async with raw_server(handler) as base_url:
