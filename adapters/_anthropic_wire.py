@@ -56,6 +56,7 @@ from llmrt import (
 )
 
 from ._blocks import Block, BlockKind, BlockTracker
+from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
 
@@ -260,13 +261,18 @@ class AnthropicStreamDecoder:
             try:
                 event = _type_decoder.decode(data).type
             except _BAD_JSON as exc:
-                blocks.fail(ErrorCode.PROTOCOL, f"malformed event from the provider: {exc}")
+                blocks.fail(
+                    ErrorCode.PROTOCOL,
+                    f"malformed event from the provider: {describe_json_error(exc, data)}",
+                )
                 return blocks.take()
             return self.push(event, data) if event not in ("", "message") else []
         try:
             payload = decoder.decode(data)
         except _BAD_JSON as exc:
-            blocks.fail(ErrorCode.PROTOCOL, f"malformed {event} event: {exc}")
+            blocks.fail(
+                ErrorCode.PROTOCOL, f"malformed {event} event: {describe_json_error(exc, data)}"
+            )
             return blocks.take()
         match payload:
             case _BlockDelta():

@@ -4,9 +4,13 @@ No sockets and no clocks here: `TrioTransport` (``_transport.py``) feeds the
 bytes it reads and writes the bytes this module builds. What it covers is
 what a streaming API client needs: one request at a time per connection (no
 pipelining), responses framed by ``Transfer-Encoding: chunked``,
-``Content-Length`` or the end of the connection. Trailers are read and
-dropped. Malformed framing raises `httpx.RemoteProtocolError`; a request
-head that would inject lines raises `httpx.LocalProtocolError`.
+``Content-Length`` or the end of the connection. Trailers are read,
+checked and dropped. ``tests/test_h11_oracle.py`` proves the parsing
+against h11 on generated responses. Malformed framing raises `MalformedResponse` (an
+`httpx.RemoteProtocolError`: the server broke the protocol); a body cut
+short by the end of the connection raises a plain
+`httpx.RemoteProtocolError` (the network, or the server, went away). A
+request head that would inject lines raises `httpx.LocalProtocolError`.
 
 The chunked decoder works on whole network reads: sizes are found with
 ``bytes.find`` and the payload of one read comes back as one ``bytes``
@@ -27,6 +31,7 @@ __all__ = [
     "CloseDelimitedDecoder",
     "ContentLengthDecoder",
     "Decoder",
+    "MalformedResponse",
     "ResponseHead",
     "body_decoder",
     "encode_chunk",
@@ -40,16 +45,28 @@ MAX_CHUNK_LINE: Final = 4096
 MAX_TRAILER_BYTES: Final = 64 * 1024
 
 _HEAD_END = re.compile(rb"\n\r?\n")
-_STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\r\n]*))?")
+# As h11 reads them: a reason phrase and a header value hold no NUL and no
+# whitespace but spaces and tabs (RFC 9110 field-content, plus obs-text).
+_STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: ((?:[ \t]|[^\x00\s])*))?")
+_HEADER_FIELD = re.compile(
+    rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*"
+)
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-# A chunk-size line: hex size, optional whitespace and extensions, CRLF (or LF).
-_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]{0,4000})?\r?\n")
+# A chunk-size line: hex size, optional extensions, optional whitespace, CRLF (as h11 reads it).
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:;[^\r\n]{0,4000})?[ \t]*\r\n")
 _DIGITS = re.compile(rb"[0-9]{1,19}")
-_BAD_HEADER_BYTES = re.compile(rb"[\r\n\x00]")
 
 
-def _protocol_error(message: str) -> httpx.RemoteProtocolError:
-    return httpx.RemoteProtocolError(message)
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server sent bytes that are not HTTP/1.1 (a bad status line, header or framing).
+
+    Distinct from a plain `httpx.RemoteProtocolError` for a response cut
+    short: the adapters code this one ``PROTOCOL`` and that one ``NETWORK``.
+    """
+
+
+def _protocol_error(message: str) -> MalformedResponse:
+    return MalformedResponse(message)
 
 
 # ---- requests -------------------------------------------------------------------------------
@@ -109,9 +126,10 @@ def parse_response_head(
 ) -> tuple[ResponseHead, int] | None:
     """The response head at the start of ``buffer`` and its length, or None if incomplete.
 
-    LF and CRLF line ends are accepted. Raises `httpx.RemoteProtocolError`
-    for a malformed status line or header, for obsolete line folding, and
-    when no complete head fits in ``max_size`` bytes.
+    LF and CRLF line ends are accepted; a minor version above 1 reads as
+    HTTP/1.1 (RFC 9110 section 2.5). Raises `MalformedResponse` for a
+    malformed status line or header, for obsolete line folding, and when no
+    complete head fits in ``max_size`` bytes.
     """
     match = _HEAD_END.search(buffer)
     if match is None:
@@ -122,30 +140,39 @@ def parse_response_head(
     if end > max_size:
         raise _protocol_error(f"response head larger than {max_size} bytes")
     lines = bytes(buffer[: match.start()]).split(b"\n")
-    status = _STATUS_LINE.fullmatch(lines[0].rstrip(b"\r"))
+    status = _STATUS_LINE.fullmatch(_chomp(lines[0]))
     if status is None:
         raise _protocol_error("malformed status line")
-    headers: list[tuple[bytes, bytes]] = []
-    for raw in lines[1:]:
-        line = raw.rstrip(b"\r")
-        if line[:1] in (b" ", b"\t"):
-            raise _protocol_error("obsolete line folding in a response header")
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
-            raise _protocol_error("malformed response header")
-        value = value.strip(b" \t")
-        if _BAD_HEADER_BYTES.search(value):
-            raise _protocol_error("illegal character in a response header")
-        headers.append((name, value))
+    headers = _header_lines(lines[1:])
     return (
         ResponseHead(
-            http_version=b"HTTP/" + status.group(1),
+            http_version=b"HTTP/1.0" if status.group(1) == b"0" else b"HTTP/1.1",
             status=int(status.group(2)),
             reason=status.group(3) or b"",
             headers=headers,
         ),
         end,
     )
+
+
+def _chomp(line: bytes) -> bytes:
+    """``line`` without the CR of a CRLF line end (one CR only)."""
+    return line[:-1] if line[-1:] == b"\r" else line
+
+
+def _header_lines(lines: Iterable[bytes]) -> list[tuple[bytes, bytes]]:
+    """Header (or trailer) lines, without their LFs, as name-value pairs."""
+    headers: list[tuple[bytes, bytes]] = []
+    for raw in lines:
+        field = _HEADER_FIELD.fullmatch(_chomp(raw))
+        if field is None:
+            if raw[:1] in (b" ", b"\t"):
+                # Obsolete line folding. h11 unfolds it; servers must not send it and
+                # it is a known request-smuggling vector, so it is refused here.
+                raise _protocol_error("obsolete line folding in a response header")
+            raise _protocol_error("malformed response header")
+        headers.append((field.group(1), field.group(2)))
+    return headers
 
 
 # ---- response bodies ------------------------------------------------------------------------
@@ -162,13 +189,15 @@ class Decoder:
     close_delimited: bool = False
 
     def feed(self, data: bytes) -> bytes:
-        """The payload bytes in ``data``. Raises `httpx.RemoteProtocolError` on bad framing."""
+        """The payload bytes in ``data``. Raises `MalformedResponse` on bad framing."""
         raise NotImplementedError
 
     def eof(self) -> None:
         """Note the end of the connection. Raises `httpx.RemoteProtocolError` if the body is cut."""
         if not self.done:
-            raise _protocol_error("the server closed the connection before the body's end")
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection before the body's end"
+            )
 
 
 class ContentLengthDecoder(Decoder):
@@ -205,13 +234,14 @@ _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 
 
 class ChunkedDecoder(Decoder):
-    """A ``Transfer-Encoding: chunked`` body; trailers are read and dropped."""
+    """A ``Transfer-Encoding: chunked`` body; trailers are read, checked and dropped."""
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._remaining = 0  # bytes left in the current chunk's data
         self._pending = b""  # an incomplete size line, CRLF or trailer line
         self._trailer_bytes = 0
+        self._trailers: list[bytes] = []  # trailer lines, checked (then dropped) at the end
 
     def feed(self, data: bytes) -> bytes:
         if self._pending:
@@ -279,10 +309,12 @@ class ChunkedDecoder(Decoder):
                 line = data[pos:eol]
                 pos = eol + 1
                 if line in (b"", b"\r"):
+                    _header_lines(self._trailers)  # malformed trailers break the framing too
                     state = _DONE
                     self.done = True
                     self.surplus = n - pos
                     break
+                self._trailers.append(line)
             else:  # _DONE
                 break
         self._state = state
@@ -294,18 +326,12 @@ class ChunkedDecoder(Decoder):
 def body_decoder(head: ResponseHead, *, request_method: bytes) -> Decoder:
     """The framing of the body that follows ``head`` (RFC 9112 section 6.3).
 
-    Raises `httpx.RemoteProtocolError` for an unsupported transfer coding or
+    Raises `MalformedResponse` for an unsupported transfer coding or
     a malformed or contradictory ``Content-Length``.
     """
-    status = head.status
-    if request_method == b"HEAD" or status < 200 or status in (204, 304):
-        return ContentLengthDecoder(0)
-    codings = head.values(b"transfer-encoding")
-    if codings:
-        tokens = [t.strip().lower() for v in codings for t in v.split(b",") if t.strip()]
-        if tokens != [b"chunked"]:
-            raise _protocol_error(f"unsupported transfer coding {b', '.join(tokens)!r}")
-        return ChunkedDecoder()
+    # The framing headers are checked even where no body follows: a server
+    # that writes them malformed is not one to trust with the next response.
+    length: int | None = None
     lengths = head.values(b"content-length")
     if lengths:
         values = {t.strip() for v in lengths for t in v.split(b",")}
@@ -314,5 +340,17 @@ def body_decoder(head: ResponseHead, *, request_method: bytes) -> Decoder:
         (value,) = values
         if not _DIGITS.fullmatch(value):
             raise _protocol_error("malformed Content-Length")
-        return ContentLengthDecoder(int(value))
+        length = int(value)
+    codings = head.values(b"transfer-encoding")
+    if codings:
+        tokens = [t.strip().lower() for v in codings for t in v.split(b",") if t.strip()]
+        if tokens != [b"chunked"]:
+            raise _protocol_error(f"unsupported transfer coding {b', '.join(tokens)!r}")
+    status = head.status
+    if request_method == b"HEAD" or status < 200 or status in (204, 304):
+        return ContentLengthDecoder(0)
+    if codings:
+        return ChunkedDecoder()
+    if length is not None:
+        return ContentLengthDecoder(length)
     return CloseDelimitedDecoder()

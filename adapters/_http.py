@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
-from typing import Protocol, cast
+from typing import Protocol
 
 import attrs
 import httpx
@@ -31,8 +31,9 @@ from llmrt import (
     attribution_headers,
 )
 
+from ._bodies import ACCEPT_ENCODING, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
-from ._sse import SSEParser
+from ._h11lite import MalformedResponse
 from ._transport import TrioTransport
 
 __all__ = [
@@ -95,7 +96,8 @@ def make_client(
         http2=http2,
         transport=transport,
         verify=ssl_context if ssl_context is not None else True,
-        headers=attribution_headers(),
+        # Only the codings inflated under a bound (`_bodies`); httpx would add br/zstd.
+        headers={**attribution_headers(), "Accept-Encoding": ACCEPT_ENCODING},
         follow_redirects=False,
     )
 
@@ -157,24 +159,49 @@ class KeyRedaction:
 
 
 def translate_http_error(exc: httpx.HTTPError) -> LlmError:
-    """An httpx exception as an `LlmError` (``TIMEOUT``, ``NETWORK`` or ``PROTOCOL``)."""
+    """An httpx exception as an `LlmError` (``TIMEOUT``, ``NETWORK`` or ``PROTOCOL``).
+
+    Connection failures name the endpoint (scheme, host and port only).
+    """
     name = type(exc).__name__
     detail = str(exc) or name
     if isinstance(exc, httpx.TimeoutException):
         return LlmError(ErrorCode.TIMEOUT, f"the provider did not answer in time ({name})")
     if isinstance(exc, httpx.DecodingError):
         return LlmError(ErrorCode.PROTOCOL, f"undecodable response body ({name}: {detail})")
+    if isinstance(exc, MalformedResponse):
+        # Bytes that are not HTTP/1.1 (a garbage status line, broken chunk framing):
+        # the same server would send them again, so this is not a network failure.
+        return LlmError(ErrorCode.PROTOCOL, f"the provider sent malformed HTTP ({detail})")
     if isinstance(exc, httpx.RemoteProtocolError):
         return LlmError(ErrorCode.NETWORK, f"the provider broke the connection ({detail})")
-    return LlmError(ErrorCode.NETWORK, f"connection to the provider failed ({name}: {detail})")
+    return LlmError(
+        ErrorCode.NETWORK, f"connection to the provider{_endpoint(exc)} failed ({name}: {detail})"
+    )
+
+
+def _endpoint(exc: httpx.HTTPError) -> str:
+    """`` at scheme://host:port`` of the failed request: never its path, query or userinfo."""
+    try:
+        url = exc.request.url
+    except RuntimeError:  # an error raised outside a request
+        return ""
+    return f" at {url.scheme}://{url.host}:{url.port or _DEFAULT_PORT.get(url.scheme, '?')}"
+
+
+_DEFAULT_PORT = {"http": 80, "https": 443}
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:
     body = bytearray()
-    async for piece in response.aiter_bytes():
-        body += piece
-        if len(body) >= MAX_ERROR_BODY:
-            break
+    try:
+        async with aclosing(body_reads(response)) as reads:
+            async for piece in reads:
+                body += piece
+                if len(body) >= MAX_ERROR_BODY:
+                    break
+    except LlmError:
+        pass  # an undecodable error body: what was decoded still helps classify it
     return bytes(body[:MAX_ERROR_BODY])
 
 
@@ -267,15 +294,39 @@ async def finish_body(reads: AsyncIterator[bytes]) -> None:
     A body read to its end lets httpx return the connection to the pool (no
     new TCP/TLS handshake for the next call); a server that keeps the body
     open past the marker costs at most `EOF_GRACE` seconds and its connection.
+    A body that fails to decode past the marker (a compressed bomb) costs
+    only its connection: the stream it ends was already complete.
     """
     with trio.move_on_after(EOF_GRACE):
-        async for _ in reads:
-            pass
+        try:
+            async for _ in reads:
+                pass
+        except LlmError:
+            pass  # the response is closed, not pooled, when the caller leaves it
 
 
-def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
-    """The response body's reads, as the async generator httpx makes (for ``aclosing``)."""
-    return cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+async def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The response body's reads, content-decoded under a bound (for ``aclosing``).
+
+    A ``gzip``/``deflate`` read comes out in pieces of at most
+    ``_bodies.INFLATE_PIECE`` bytes, with a checkpoint between two pieces of
+    one read, so a decompression bomb neither holds the event loop nor
+    bypasses the SSE parser's bounds. Raises `LlmError` ``PROTOCOL`` for an
+    unsupported coding, a corrupt body or one past the inflation ratio cap,
+    and httpx's errors for the transport.
+    """
+    inflater = inflater_for(response.headers)
+    if inflater is None:
+        async for raw in response.aiter_raw():
+            yield raw
+        return
+    async for raw in response.aiter_raw():
+        first = True
+        for piece in inflater.feed(raw):
+            if not first:
+                await trio.lowlevel.checkpoint()
+            first = False
+            yield piece
 
 
 class EventFeed(Protocol):
@@ -306,7 +357,8 @@ class SSEFeed:
     """
 
     def __init__(self, decoder: _WireDecoder) -> None:
-        self._parser = SSEParser()
+        # Payloads too deep to decode end as PROTOCOL here, not as RecursionError later.
+        self._parser: GatedSSEParser = GatedSSEParser()
         self._wire = decoder
 
     @property
@@ -343,7 +395,13 @@ async def stream_events(
         try:
             async with aclosing(body_reads(response)) as reads:
                 async for raw in reads:
-                    chunks = events.feed(raw)
+                    try:
+                        chunks = events.feed(raw)
+                    except RecursionError:
+                        # A backstop: `GatedSSEParser` refuses deep nesting before decoding.
+                        raise LlmError(
+                            ErrorCode.PROTOCOL, "an event from the provider is nested too deeply"
+                        ) from None
                     if events.finished:
                         await finish_body(reads)
                         for chunk in _redact_last(chunks, redactor):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import aclosing
 
 import attrs
 import httpx
@@ -30,7 +31,7 @@ from llmrt import (
 )
 
 from ._classify import classify_http_error
-from ._http import translate_http_error
+from ._http import body_reads, translate_http_error
 
 __all__ = ["ModelEntry", "ModelSpec", "decode_data_list", "fetch_models", "model_infos"]
 
@@ -161,10 +162,12 @@ async def fetch_models(
         async with client.stream("GET", path, headers=dict(headers), params=params) as response:
             status, response_headers = response.status_code, response.headers
             body = bytearray()
-            async for piece in response.aiter_bytes():
-                body += piece
-                if len(body) > MAX_MODEL_LIST:
-                    break
+            # Inflated a bounded step at a time (`body_reads`), so a compressed bomb stops here.
+            async with aclosing(body_reads(response)) as reads:
+                async for piece in reads:
+                    body += piece
+                    if len(body) > MAX_MODEL_LIST:
+                        break
     except httpx.HTTPError as exc:
         raise translate_http_error(exc) from None
     if status in _NO_LIST and table:

@@ -49,6 +49,7 @@ from llmrt import (
 )
 
 from ._blocks import Block, BlockTracker
+from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
@@ -289,7 +290,10 @@ class OpenAIStreamDecoder:
         try:
             chunk = _decoder.decode(data)
         except _BAD_JSON as exc:
-            blocks.fail(ErrorCode.PROTOCOL, f"malformed chunk from the provider: {exc}")
+            blocks.fail(
+                ErrorCode.PROTOCOL,
+                f"malformed chunk from the provider: {describe_json_error(exc, data)}",
+            )
             return blocks.take()
         if chunk.error is not None:
             blocks.fail_with(_classify_inband(self._dialect.name, chunk.error))

@@ -49,6 +49,7 @@ from llmrt import ErrorCode, LlmError
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_MAX_IDLE_LINES",
     "DEFAULT_MAX_LINE_BYTES",
     "SSEEvent",
     "SSEParser",
@@ -59,6 +60,9 @@ __all__ = [
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
 #: Default bound on one event's raw text (all its lines and their line ends), in bytes.
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
+#: Default bound on the lines from one dispatched event to the next (blank lines,
+#: comments, events without data, and the next event's own lines).
+DEFAULT_MAX_IDLE_LINES = 10_000
 
 _BOM = b"\xef\xbb\xbf"
 _DATA = b"data: "
@@ -92,8 +96,10 @@ class SSEParser:
     """Incremental SSE parser: ``feed()`` bytes, get completed events; ``close()`` at end of body.
 
     ``max_line_bytes`` bounds one line and ``max_event_bytes`` one event's raw
-    text (comments included); past either, ``feed``/``close`` raise
-    ``LlmError(PROTOCOL)`` rather than buffer without bound. After an error
+    text (comments included); ``max_idle_lines`` bounds the lines from one
+    dispatched event to the next (a flood of blank lines or comments costs
+    CPU per line without ever producing an event). Past any of them,
+    ``feed``/``close`` raise ``LlmError(PROTOCOL)``. After an error
     the parser must not be used again. Not thread-safe; no I/O, no checkpoints.
     """
 
@@ -102,10 +108,12 @@ class SSEParser:
         "_closed",
         "_head",
         "_hot",
+        "_idle",
         "_last_id",
         "_limit",
         "_line_len",
         "_max_event",
+        "_max_idle",
         "_max_line",
         "_names",
         "_partial_at_close",
@@ -121,11 +129,15 @@ class SSEParser:
         *,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_idle_lines: int = DEFAULT_MAX_IDLE_LINES,
     ) -> None:
-        if max_line_bytes <= 0 or max_event_bytes <= 0:
-            raise ValueError("max_line_bytes and max_event_bytes must be positive")
+        if max_line_bytes <= 0 or max_event_bytes <= 0 or max_idle_lines <= 0:
+            raise ValueError("max_line_bytes, max_event_bytes and max_idle_lines must be positive")
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        self._max_idle = max_idle_lines
+        # Lines since the last dispatched event (counted where they are parsed).
+        self._idle = 0
         # A single-line `data:` event can be checked against one number.
         self._limit = min(max_line_bytes, max_event_bytes) - len(_DATA)
         # Bytes of the event not yet ended by a blank line, as received
@@ -231,6 +243,8 @@ class SSEParser:
         if b"".join(pieces).find(b"\n") < 0:
             if len(data) > limit and max(map(len, pieces), default=0) > limit:
                 raise self._too_big("line", self._max_line)
+            if pieces:
+                self._idle = 0
             if raw:
                 if out:
                     out += pieces
@@ -355,6 +369,7 @@ class SSEParser:
                 # Anthropic's shape: `event: NAME` then one `data: ` line.
                 name, sep, payload = block[7:].partition(b"\ndata: ")
                 if sep and name.find(b"\n") < 0 and payload.find(b"\n") < 0:
+                    self._idle = 0
                     if raw:
                         append(payload)
                         continue
@@ -366,12 +381,18 @@ class SSEParser:
                     append(SSEEvent(payload, event, self._last_id))
                     continue
             elif block[:6] == _DATA and block.find(b"\n") < 0:
+                self._idle = 0
                 append(block[6:] if raw else SSEEvent(block[6:], "message", self._last_id))
                 continue
             if block:
                 dispatched = self._dispatch(block)
                 if dispatched is not None:
                     append(dispatched.data if raw else dispatched)
+                continue
+            # Two more blank lines (a run of them splits into empty blocks).
+            self._idle += 2
+            if self._idle > self._max_idle:
+                raise self._too_idle()
 
     def _append_pending(self, piece: bytes) -> None:
         """Buffer part of an unfinished event, enforcing both bounds."""
@@ -398,6 +419,13 @@ class SSEParser:
         if max(map(len, block.split(b"\n"))) > self._max_line:
             raise self._too_big("line", self._max_line)
 
+    def _too_idle(self) -> LlmError:
+        return LlmError(
+            ErrorCode.PROTOCOL,
+            f"server-sent event stream: more than {self._max_idle} lines without an event "
+            "(blank lines, comments or events without data)",
+        )
+
     @staticmethod
     def _too_big(what: str, limit: int) -> LlmError:
         return LlmError(
@@ -408,8 +436,13 @@ class SSEParser:
         """Process one event's lines (LF-separated; blank lines only at its edges).
 
         Returns the event, or None when it has no ``data``. The caller has
-        enforced the bounds.
+        enforced the byte bounds; the line bound is checked here, before the
+        per-line loop.
         """
+        # Its lines, and the blank line that ends it.
+        idle = self._idle + block.count(b"\n") + 2
+        if idle > self._max_idle:
+            raise self._too_idle()
         data: list[bytes] = []
         event = ""
         retry: int | None = None
@@ -436,5 +469,7 @@ class SSEParser:
                 # bytes.isdigit() is ASCII-only, which is what the spec asks for.
                 retry = self._retry = int(value)
         if not data:
+            self._idle = idle
             return None
+        self._idle = 0
         return SSEEvent(b"\n".join(data), event or "message", self._last_id, retry)

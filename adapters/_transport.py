@@ -22,10 +22,20 @@ the end and the response allows keep-alive; a body closed early, a read that
 failed, timed out or was cancelled closes the socket at once (no I/O, so
 closing works under cancellation).
 
+Two failures are recovered, as httpcore recovers them. A request that fails
+on a reused idle connection before a single response byte arrives (the
+server closed the connection as the request went out) is sent once more on a
+fresh connection. A request whose body cannot be written because the server
+already answered and closed (a 413 for a body too large) returns that answer.
+
+Bounds: a response head of at most ``max_head_bytes``, at most
+`MAX_INFORMATIONAL` informational (1xx) heads before the final one, and the
+chunk-line and trailer bounds of ``_h11lite``. Bytes that break HTTP/1.1 raise
+`MalformedResponse`; a connection that ends early raises a plain
+`httpx.RemoteProtocolError` or `httpx.ReadError`.
+
 Out of scope (use httpx's own transport): HTTP/2, proxies, ``Expect:
-100-continue``, Unix sockets, client certificates. A reused connection the
-server closed at the same moment is not retried; the request fails with
-`httpx.RemoteProtocolError`.
+100-continue``, Unix sockets, client certificates.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import trio
 
 from ._h11lite import (
     Decoder,
+    MalformedResponse,
     body_decoder,
     encode_chunk,
     parse_response_head,
@@ -53,6 +64,8 @@ __all__ = ["TrioTransport"]
 RECEIVE_BYTES: Final = 64 * 1024
 #: The largest response head accepted.
 MAX_HEAD_BYTES: Final = 64 * 1024
+#: The most informational (1xx) responses accepted before the final response.
+MAX_INFORMATIONAL: Final = 10
 _DEFAULT_PORTS: Final = {b"http": 80, b"https": 443}
 
 Origin = tuple[bytes, str, int]
@@ -83,6 +96,14 @@ class _Connection:
 def _timeouts(request: httpx.Request) -> dict[str, float | None]:
     timeout = request.extensions.get("timeout")
     return timeout if isinstance(timeout, dict) else {}
+
+
+class _NothingReceived(Exception):
+    """An exchange failed before a single byte of the response arrived (``error`` says how)."""
+
+    def __init__(self, error: httpx.HTTPError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _ResponseStream(httpx.AsyncByteStream):
@@ -332,8 +353,12 @@ class TrioTransport(httpx.AsyncBaseTransport):
             for k, v in request.headers.raw
         )
 
+        # Only a body held whole in memory can be sent a second time.
+        replayable = isinstance(request.stream, httpx.ByteStream)
+
         await self._acquire_slot(timeouts.get("pool"))
         conn = self._take_idle(origin)
+        reused = conn is not None
         try:
             if conn is None:
                 if (
@@ -345,13 +370,60 @@ class TrioTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._release_slot()
             raise
-        self._active.add(conn)
+        while True:
+            self._active.add(conn)
+            try:
+                return await self._exchange(conn, request, method, head, chunked_body, timeouts)
+            except _NothingReceived as failed:
+                if not (reused and replayable):
+                    self._release(conn, reusable=False)
+                    raise failed.error from None
+            except BaseException:
+                self._release(conn, reusable=False)
+                raise
+            # A connection from the idle pool failed before the server sent a single byte
+            # (no 1xx, no partial head): the keep-alive race, where the server closes an
+            # idle connection as the request goes out and never parses the request. RFC
+            # 9112 section 9.3.1 lets a client resend a non-idempotent request when it can
+            # tell the request was not applied; silence on a connection the server was
+            # closing is that sign. The one case it misreads (a server that read the
+            # request and died without a byte) costs one duplicate generation, which the
+            # default retry policy would run anyway for this NETWORK failure. So: once,
+            # on a fresh connection, keeping the slot. A second failure is final;
+            # timeouts and cancellation never get here.
+            self._active.discard(conn)
+            conn.close()
+            reused = False
+            try:
+                conn = await self._connect(origin, timeouts.get("connect"))
+            except BaseException:
+                self._release_slot()
+                raise
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        request: httpx.Request,
+        method: bytes,
+        head: bytes,
+        chunked: bool,
+        timeouts: dict[str, float | None],
+    ) -> httpx.Response:
+        """Write the request and read the response head; `_NothingReceived` if no byte came."""
+        read_limit = timeouts.get("read")
         try:
-            await self._write_request(conn, request, head, chunked_body, timeouts.get("write"))
-            return await self._read_response(conn, method, timeouts.get("read"), request)
-        except BaseException:
-            self._release(conn, reusable=False)
-            raise
+            await self._write_request(conn, request, head, chunked, timeouts.get("write"))
+        except httpx.WriteError as write_error:
+            # The server may have answered and closed before reading the whole body (a
+            # 413, say): read that answer, as httpcore does. The connection is broken,
+            # so the read ends at once; without a usable answer the write error stands.
+            try:
+                return await self._read_response(conn, method, read_limit, request, reuse=False)
+            except _NothingReceived:
+                raise _NothingReceived(write_error) from None
+            except httpx.HTTPError:
+                raise write_error from None
+        return await self._read_response(conn, method, read_limit, request)
 
     async def _write_request(
         self,
@@ -375,30 +447,53 @@ class TrioTransport(httpx.AsyncBaseTransport):
             await self._send(conn, b"0\r\n\r\n", limit)
 
     async def _read_response(
-        self, conn: _Connection, method: bytes, limit: float | None, request: httpx.Request
+        self,
+        conn: _Connection,
+        method: bytes,
+        limit: float | None,
+        request: httpx.Request,
+        *,
+        reuse: bool = True,
     ) -> httpx.Response:
         buffer = bytearray()
-        never = _noop
+        received = False
+        informational = 0
         while True:
             parsed = parse_response_head(buffer, self._max_head_bytes)
             if parsed is None:
-                data = await self._receive(conn, limit, never)
+                try:
+                    data = await self._receive(conn, limit, _noop)
+                except httpx.ReadError as exc:
+                    if not received:
+                        raise _NothingReceived(exc) from None
+                    raise
                 if not data:
-                    raise httpx.RemoteProtocolError(
+                    error = httpx.RemoteProtocolError(
                         "the server disconnected without sending a complete response head"
                     )
+                    if not received:
+                        raise _NothingReceived(error)
+                    raise error
+                received = True
                 buffer += data
                 continue
             head, size = parsed
             del buffer[:size]
-            if head.status == 101:
-                raise httpx.RemoteProtocolError("protocol upgrades are not supported")
             if head.status >= 200:
-                break  # 1xx informational heads (103 Early Hints, ...) are skipped
+                break
+            if head.status == 101:
+                raise MalformedResponse("protocol upgrades are not supported")
+            # 1xx informational heads (103 Early Hints, ...) are skipped, a bounded number.
+            informational += 1
+            if informational > MAX_INFORMATIONAL:
+                raise MalformedResponse(
+                    f"more than {MAX_INFORMATIONAL} informational (1xx) responses"
+                )
         decoder = body_decoder(head, request_method=method)
         first = decoder.feed(bytes(buffer)) if buffer else b""
         keep_alive = (
-            head.http_version == b"HTTP/1.1"
+            reuse
+            and head.http_version == b"HTTP/1.1"
             and b"close" not in head.connection_tokens()
             and not decoder.close_delimited
             and not _asks_close(request)

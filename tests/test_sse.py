@@ -205,6 +205,35 @@ def test_within_bounds_is_fine() -> None:
     assert parse(body, max_line_bytes=1006, max_event_bytes=1008)[0].data == b"x" * 1000
 
 
+@pytest.mark.parametrize(
+    "unit",
+    [b"\n\n", b"\r\n\r\n", b": ping\n\n", b": a\n: b\n: c\n\n", b"x: 1\n\n"],
+    ids=["lf", "crlf", "comments", "comment-lines", "events-without-data"],
+)
+@pytest.mark.parametrize("pieces", [1, 13, 100_000])
+def test_lines_without_an_event_are_bounded(unit: bytes, pieces: int) -> None:
+    # The bound counts from one dispatched event to the next, so a steady
+    # keep-alive between events never trips it; a flood does.
+    parser = SSEParser(max_idle_lines=100)
+
+    def feed(body: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        for i in range(0, len(body), pieces):
+            out += parser.feed_data(body[i : i + pieces])
+        return out
+
+    assert feed((b"data: a\n\n" + unit * 10 + b"data: b\n\n") * 5) == [b"a", b"b"] * 5
+    with pytest.raises(LlmError, match="more than 100 lines without an event") as info:
+        feed(unit * 101 + b"data: c\n\n")
+    assert info.value.code == ErrorCode.PROTOCOL
+
+
+def test_an_event_of_too_many_lines_is_refused_before_its_lines_are_read() -> None:
+    with pytest.raises(LlmError, match="lines without an event"):
+        parse(b": x\n" * 200 + b"data: 1\n\n", max_idle_lines=100)
+    assert parse(b": x\n" * 50 + b"data: 1\n\n", max_idle_lines=100) == [SSEEvent(b"1")]
+
+
 # -- transcripts --------------------------------------------------------------
 
 # Events (with data) per transcript: 2 keep-alive comments in deepseek_reasoner
