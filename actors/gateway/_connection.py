@@ -47,6 +47,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
+from ._counters import GatewayCounters
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
@@ -96,11 +97,23 @@ class GatewayState:
     admitted: int = 0
     live: int = 0
     grace: float = 0.0
+    #: Set by `GatewayServer.drain`: ``/readyz`` answers 503 (see `ready`).
+    draining: bool = False
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
+    counters: GatewayCounters = attrs.field(factory=GatewayCounters)
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
+
+    @property
+    def ready(self) -> bool:
+        """Whether the gateway accepts calls: not draining and not shutting down.
+
+        The one readiness decision (``GET /readyz``); a load balancer stops
+        sending new clients once it turns false.
+        """
+        return not self.draining and not self.stopping.is_set()
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -231,11 +244,13 @@ class Connection:
     # ---- reader ------------------------------------------------------------------------------
 
     async def _reader(self) -> None:
+        counters = self.state.counters
         while True:
             try:
                 data = await self.ws.get_message()
             except ConnectionClosed:
                 return
+            counters.frames_received += 1
             await self._dispatch(data)
 
     async def _reply(self, frame: ServerFrame) -> None:
@@ -430,12 +445,14 @@ class Connection:
         recv = self._recv
         ws = self.ws
         encode = self.codec.encode
+        counters = self.state.counters
         try:
             while True:
                 item = await recv.receive()
                 if isinstance(item, _Request):
                     for frame in _frames(item, item.take()):
                         await ws.send_message(encode(frame))
+                        counters.frames_sent += 1
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code
                     with trio.move_on_after(self.state.limits.close_timeout):
@@ -443,6 +460,7 @@ class Connection:
                     return
                 else:
                     await ws.send_message(encode(item))
+                    counters.frames_sent += 1
         except ConnectionClosed:
             pass
         finally:

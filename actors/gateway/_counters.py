@@ -1,0 +1,55 @@
+"""What the gateway counts about its own traffic, and the causes of refused requests.
+
+Plain integer fields bumped where the event happens (an attribute increment,
+no lock, no label lookup); the metrics collector reads them at scrape time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+
+import attrs
+
+__all__ = ["GatewayCounters", "RefusalCause"]
+
+
+class RefusalCause(enum.StrEnum):
+    """Why the front door refused a request or a websocket handshake (a bounded label)."""
+
+    #: A browser ``Origin`` (or a loopback ``Host``) the gateway does not serve.
+    ORIGIN = "origin"
+    #: A missing or wrong bearer token (401).
+    AUTH = "auth"
+    #: ``maxConnections`` websockets are open (503).
+    LIMITS = "limits"
+    #: The gateway is shutting down (503).
+    SHUTDOWN = "shutdown"
+    #: Subprotocols were offered and none is supported (400).
+    SUBPROTOCOL = "subprotocol"
+    #: A request head that is not HTTP/1.1, or larger than the head bound (400, 431).
+    MALFORMED = "malformed"
+    #: No complete request head within the handshake timeout.
+    TIMEOUT = "timeout"
+
+
+@attrs.define(eq=False)
+class GatewayCounters:
+    """Monotonic counters of one gateway; only trio tasks of one run touch them."""
+
+    #: Websocket handshakes accepted.
+    accepted: int = 0
+    #: Plain HTTP requests answered, by route (``/``, ``/healthz``, ``/readyz``,
+    #: ``/metrics``, ``other``).
+    http_requests: Counter[str] = attrs.field(factory=Counter)
+    #: Protocol frames received and sent over all websockets.
+    frames_received: int = 0
+    frames_sent: int = 0
+    #: Bytes read from and written to websocket connections (handshake and framing included).
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    refusals: Counter[str] = attrs.field(factory=Counter)
+
+    def refused(self, cause: RefusalCause) -> None:
+        """Count one refused request or handshake."""
+        self.refusals[cause.value] += 1
