@@ -68,8 +68,10 @@ from ._protocol import (
     ResultFrame,
     RetryFrame,
     ServerFrame,
+    StatsFrame,
     TokenBucket,
 )
+from ._snapshot import GatewayValue, statistics_value
 
 __all__ = ["GatewayState", "Connection", "PENDING_CHUNKS"]
 
@@ -114,6 +116,22 @@ class GatewayState:
         sending new clients once it turns false.
         """
         return not self.draining and not self.stopping.is_set()
+
+    def statistics(self) -> GatewayValue:
+        """The gateway's own figures, for the ``stats`` frame."""
+        counters = self.counters
+        return GatewayValue(
+            ready=self.ready,
+            connections=len(self.connections),
+            accepted=counters.accepted,
+            live_requests=self.live,
+            refused=dict(counters.refusals),
+            frames_received=counters.frames_received,
+            frames_sent=counters.frames_sent,
+            bytes_received=counters.bytes_received,
+            bytes_sent=counters.bytes_sent,
+            http_requests=dict(counters.http_requests),
+        )
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -297,6 +315,10 @@ class Connection:
                     self._spawn(self._run_metadata, request, frame)
             case PingFrame():
                 await self._reply(PongFrame(id=frame.id))
+            case StatsFrame():
+                state = self.state
+                value = statistics_value(state.runtime.statistics(), state.statistics())
+                await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(value)))
             case _:
                 assert_never(frame)
 
