@@ -24,13 +24,14 @@ import llmrt
 from llmrt import LlmError
 from llmrt.actors.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
-from llmrt.actors.gateway._counters import GatewayCounters, RefusalCause
+from llmrt.actors.gateway._counters import GatewayCounters, RefusalCause, payload_bytes
 from llmrt.actors.gateway._front import (
     MAX_HEAD_BYTES,
     FrontDoor,
     content_security_policy,
     is_upgrade,
 )
+from llmrt.actors.gateway._protocol import JSON, ListProvidersFrame
 from llmrt.adapters.demo import DemoAdapter
 
 LIMITS = Limits(shutdown_grace=0.2, close_timeout=2.0)
@@ -241,8 +242,10 @@ async def test_frames_and_bytes_of_websockets_are_counted() -> None:
             # hello + two results out; two list-providers in.
             await wait_until(lambda: counters.frames_sent == 3)
             assert counters.frames_received == 2
-            # Handshake bytes both ways, plus the frames.
-            assert counters.bytes_received > 100 and counters.bytes_sent > 200
+            # Payload bytes: two list-providers frames of equal size in.
+            frame = JSON.encode(ListProvidersFrame(id="r1"))
+            assert counters.bytes_received == 2 * len(frame)
+            assert counters.bytes_sent > 200  # the hello alone is larger
 
 
 async def test_serves_already_bound_listeners_and_closes_them_when_it_stops() -> None:
@@ -273,23 +276,21 @@ async def test_non_loopback_listeners_need_a_token() -> None:
 
 
 def _front(page: bytes | None = b"<html></html>", ready: bool = True) -> FrontDoor:
-    return FrontDoor(
-        ready=lambda: ready,
-        metrics=lambda: (b"# metrics\n", "text/plain; version=0.0.4; charset=utf-8"),
-        page=page,
-        counters=GatewayCounters(),
-    )
+    async def metrics() -> tuple[bytes, str]:
+        return b"# metrics\n", "text/plain; version=0.0.4; charset=utf-8"
+
+    return FrontDoor(ready=lambda: ready, metrics=metrics, page=page, counters=GatewayCounters())
 
 
-def test_answers_without_io() -> None:
+async def test_answers_without_sockets() -> None:
     front = _front()
-    assert front.answer(b"GET", b"/").status == 200
-    assert front.answer(b"GET", b"/readyz").status == 200
-    assert _front(ready=False).answer(b"GET", b"/readyz").status == 503
-    assert front.answer(b"GET", b"/metrics").body == b"# metrics\n"
-    assert front.answer(b"DELETE", b"/healthz").status == 405
-    assert front.answer(b"DELETE", b"/elsewhere").status == 404
-    assert _front(page=None).answer(b"GET", b"/").status == 404
+    assert (await front.answer(b"GET", b"/")).status == 200
+    assert (await front.answer(b"GET", b"/readyz")).status == 200
+    assert (await _front(ready=False).answer(b"GET", b"/readyz")).status == 503
+    assert (await front.answer(b"GET", b"/metrics")).body == b"# metrics\n"
+    assert (await front.answer(b"DELETE", b"/healthz")).status == 405
+    assert (await front.answer(b"DELETE", b"/elsewhere")).status == 404
+    assert (await _front(page=None).answer(b"GET", b"/")).status == 404
     assert dict(front.counters.http_requests) == {
         "/": 1,
         "/readyz": 1,
@@ -320,6 +321,12 @@ def test_the_page_policy_allows_exactly_its_own_inline_script_and_style() -> Non
     assert directives["frame-ancestors"] == "'none'"
     assert "unsafe-inline" not in csp
     assert re.fullmatch(r"[ -~]+", csp)  # a header value: printable ASCII only
+
+
+def test_payload_bytes_are_utf8_lengths() -> None:
+    assert payload_bytes("abc") == 3
+    assert payload_bytes("héllo ✓") == len("héllo ✓".encode())
+    assert payload_bytes(b"\x00\xff") == 2
 
 
 def test_is_upgrade_reads_the_upgrade_header_token() -> None:

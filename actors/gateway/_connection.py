@@ -47,7 +47,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
-from ._counters import GatewayCounters
+from ._counters import GatewayCounters, payload_bytes
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
@@ -268,7 +268,11 @@ class Connection:
                 data = await self.ws.get_message()
             except ConnectionClosed:
                 return
+            # Inline, not a method call: this runs per frame (see bench_scaleout).
             counters.frames_received += 1
+            counters.bytes_received += (
+                len(data) if type(data) is bytes or data.isascii() else payload_bytes(data)
+            )
             await self._dispatch(data)
 
     async def _reply(self, frame: ServerFrame) -> None:
@@ -473,16 +477,25 @@ class Connection:
                 item = await recv.receive()
                 if isinstance(item, _Request):
                     for frame in _frames(item, item.take()):
-                        await ws.send_message(encode(frame))
+                        data = encode(frame)
+                        await ws.send_message(data)
+                        # Inline, not a method call: this runs per frame (see bench_scaleout).
                         counters.frames_sent += 1
+                        counters.bytes_sent += (
+                            len(data)
+                            if type(data) is bytes or data.isascii()
+                            else payload_bytes(data)
+                        )
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code
                     with trio.move_on_after(self.state.limits.close_timeout):
                         await ws.aclose(item.code, item.reason)
                     return
                 else:
-                    await ws.send_message(encode(item))
+                    data = encode(item)
+                    await ws.send_message(data)
                     counters.frames_sent += 1
+                    counters.bytes_sent += payload_bytes(data)
         except ConnectionClosed:
             pass
         finally:

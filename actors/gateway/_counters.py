@@ -11,7 +11,7 @@ from collections import Counter
 
 import attrs
 
-__all__ = ["GatewayCounters", "RefusalCause"]
+__all__ = ["GatewayCounters", "RefusalCause", "payload_bytes"]
 
 
 class RefusalCause(enum.StrEnum):
@@ -33,6 +33,14 @@ class RefusalCause(enum.StrEnum):
     TIMEOUT = "timeout"
 
 
+def payload_bytes(data: str | bytes) -> int:
+    """The size of a frame payload in bytes (a text frame's UTF-8 length)."""
+    # str.isascii() reads a flag CPython keeps: no scan for the usual JSON frame.
+    if isinstance(data, bytes) or data.isascii():
+        return len(data)
+    return len(data.encode(errors="surrogatepass"))
+
+
 @attrs.define(eq=False)
 class GatewayCounters:
     """Monotonic counters of one gateway; only trio tasks of one run touch them."""
@@ -45,7 +53,8 @@ class GatewayCounters:
     #: Protocol frames received and sent over all websockets.
     frames_received: int = 0
     frames_sent: int = 0
-    #: Bytes read from and written to websocket connections (handshake and framing included).
+    #: Bytes of protocol frame payloads received and sent (UTF-8 for text frames;
+    #: websocket framing and handshakes not included).
     bytes_received: int = 0
     bytes_sent: int = 0
     refusals: Counter[str] = attrs.field(factory=Counter)

@@ -153,7 +153,7 @@ def is_upgrade(request: h11.Request) -> bool:
 
 @attrs.define(eq=False)
 class FrontDoor:
-    """The plain HTTP routes of one gateway. No I/O.
+    """The plain HTTP routes of one gateway. No socket I/O.
 
     ``ready`` says whether the gateway accepts calls (the one readiness
     decision lives with the gateway state); ``metrics`` renders the
@@ -162,7 +162,7 @@ class FrontDoor:
     """
 
     ready: Callable[[], bool]
-    metrics: Callable[[], tuple[bytes, str]]
+    metrics: Callable[[], Awaitable[tuple[bytes, str]]]
     page: bytes | None
     counters: GatewayCounters
     _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
@@ -177,8 +177,8 @@ class FrontDoor:
             *_COMMON,
         )
 
-    def answer(self, method: bytes, target: bytes) -> Answer:
-        """The answer to a plain (non-upgrade) request."""
+    async def answer(self, method: bytes, target: bytes) -> Answer:
+        """The answer to a plain (non-upgrade) request. A checkpoint only for ``/metrics``."""
         path = target.partition(b"?")[0].decode("ascii", "replace")
         known = path in ROUTES and (path != "/" or self.page is not None)
         self.counters.http_requests[path if known else "other"] += 1
@@ -197,7 +197,7 @@ class FrontDoor:
                     return _text(200, "ready\n")
                 return _text(503, "draining\n")
             case _:  # "/metrics"
-                body, content_type = self.metrics()
+                body, content_type = await self.metrics()
                 headers = (
                     (b"Content-Type", content_type.encode()),
                     (b"Cache-Control", b"no-store"),
@@ -209,33 +209,33 @@ class FrontDoor:
 class ReplayStream(trio.abc.Stream):
     """A socket stream that first returns ``prefix`` (bytes already read from it).
 
-    Counts the bytes that cross it in ``counters``.
+    Adds nothing per frame: sending is the socket stream's own method, and
+    so is receiving once the prefix is consumed.
     """
 
-    def __init__(self, inner: trio.SocketStream, prefix: bytes, counters: GatewayCounters) -> None:
+    def __init__(self, inner: trio.SocketStream, prefix: bytes) -> None:
         self._inner = inner
         self._prefix = prefix
-        self._counters = counters
-        counters.bytes_received += len(prefix)
+        # Instance attributes shadow the methods below: no extra call layer.
+        self.send_all = inner.send_all  # type: ignore[method-assign]
+        self.wait_send_all_might_not_block = inner.wait_send_all_might_not_block  # type: ignore[method-assign]
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            await trio.lowlevel.checkpoint()
-            if max_bytes is None or max_bytes >= len(self._prefix):
-                data, self._prefix = self._prefix, b""
-            else:
-                data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
-            return data
-        data = await self._inner.receive_some(max_bytes)
-        self._counters.bytes_received += len(data)
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if not self._prefix:
+            return await self._inner.receive_some(max_bytes)
+        await trio.lowlevel.checkpoint()
+        if max_bytes is None or max_bytes >= len(self._prefix):
+            data, self._prefix = self._prefix, b""
+            self.receive_some = self._inner.receive_some  # type: ignore[method-assign]
+        else:
+            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(data)
-        self._counters.bytes_sent += len(data)
+        await self._inner.send_all(data)  # replaced per instance in __init__
 
     async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
+        await self._inner.wait_send_all_might_not_block()  # replaced in __init__
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -339,7 +339,7 @@ async def serve_stream(
                 if is_upgrade(request):
                     handed_over = True
                 else:
-                    answer = front.answer(request.method, request.target)
+                    answer = await front.answer(request.method, request.target)
                     head_only = request.method == b"HEAD"
             if answer is not None:
                 await stream.send_all(_encode(conn, answer, head_only))
@@ -347,7 +347,7 @@ async def serve_stream(
         if scope.cancelled_caught and not handed_over:
             front.counters.refused(RefusalCause.TIMEOUT)
         if handed_over:
-            await upgrade(ReplayStream(stream, data, front.counters), deadline)
+            await upgrade(ReplayStream(stream, data), deadline)
     except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
         pass  # the peer left, or sent something h11 will not answer: just close
     except Exception:

@@ -1,10 +1,10 @@
 """``GET /metrics``: the runtime's statistics and the gateway's counters, read at scrape time.
 
 Nothing here runs on the call path. A custom prometheus-client collector
-turns `LlmRuntime.statistics()` and the gateway's `GatewayCounters` into
-metric families when Prometheus scrapes; each gateway has its own
+turns `LlmRuntime.statistics()` and the gateway's own counters into metric
+families when Prometheus scrapes; each gateway has its own
 `CollectorRegistry` (no process-wide registry), and prometheus-client writes
-the exposition format. ``docs/operations.md`` lists every metric.
+the exposition format, in a worker thread. ``docs/operations.md`` lists every metric.
 
 Label values are bounded: providers and models as the statistics bound them
 (`llmrt.actors._stats.OTHER`), finish reasons by the closed set of finish
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -32,11 +33,12 @@ from llmrt import ErrorCode
 
 from .._stats import OTHER, HistogramSnapshot, RuntimeStatistics
 from ._protocol import GatewayErrorCode
+from ._snapshot import GatewayValue
 
 if TYPE_CHECKING:
     from ._connection import GatewayState
 
-__all__ = ["GatewayMetrics", "ATTEMPT_BUCKETS", "metric_families"]
+__all__ = ["GatewayMetrics", "ATTEMPT_BUCKETS", "Figures", "metric_families"]
 
 _KNOWN_CODES = frozenset(str(code) for code in (*ErrorCode, *GatewayErrorCode))
 #: Bucket bounds of the retried calls' attempt counts.
@@ -159,82 +161,118 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     )
 
 
-def _gateway_families(state: GatewayState) -> Iterator[Metric]:
-    counters = state.counters
+def _gateway_families(gw: GatewayValue) -> Iterator[Metric]:
     yield GaugeMetricFamily(
-        "llmrt_gateway_ready", "1 while accepting calls; 0 draining or stopping.", state.ready
+        "llmrt_gateway_ready", "1 while accepting calls; 0 draining or stopping.", gw.ready
     )
-    yield GaugeMetricFamily(
-        "llmrt_gateway_connections", "Open websockets.", value=len(state.connections)
-    )
+    yield GaugeMetricFamily("llmrt_gateway_connections", "Open websockets.", value=gw.connections)
     yield CounterMetricFamily(
         "llmrt_gateway_connections_accepted_total",
         "Websocket handshakes accepted.",
-        value=counters.accepted,
+        value=gw.accepted,
     )
     yield GaugeMetricFamily(
         "llmrt_gateway_live_requests",
         "Live calls and metadata requests over all websockets.",
-        value=state.live,
+        value=gw.live_requests,
     )
     refused = CounterMetricFamily(
         "llmrt_gateway_refused_total",
         "Requests and websocket handshakes refused, by cause.",
         labels=["cause"],
     )
-    for cause, count in sorted(counters.refusals.items()):
+    for cause, count in sorted(gw.refused.items()):
         refused.add_metric([cause], count)
     yield refused
     frames = CounterMetricFamily(
         "llmrt_gateway_frames_total", "Protocol frames, by direction.", labels=["direction"]
     )
-    frames.add_metric(["received"], counters.frames_received)
-    frames.add_metric(["sent"], counters.frames_sent)
+    frames.add_metric(["received"], gw.frames_received)
+    frames.add_metric(["sent"], gw.frames_sent)
     yield frames
     wire = CounterMetricFamily(
-        "llmrt_gateway_bytes_total",
-        "Bytes on websocket connections (handshakes and framing included), by direction.",
+        "llmrt_gateway_frame_bytes_total",
+        "Bytes of protocol frame payloads (UTF-8 for text frames), by direction.",
         labels=["direction"],
     )
-    wire.add_metric(["received"], counters.bytes_received)
-    wire.add_metric(["sent"], counters.bytes_sent)
+    wire.add_metric(["received"], gw.bytes_received)
+    wire.add_metric(["sent"], gw.bytes_sent)
     yield wire
     http = CounterMetricFamily(
         "llmrt_gateway_http_requests_total",
         "Plain HTTP requests answered, by route.",
         labels=["route"],
     )
-    for route, count in sorted(counters.http_requests.items()):
+    for route, count in sorted(gw.http_requests.items()):
         http.add_metric([route], count)
     yield http
 
 
-def metric_families(state: GatewayState) -> list[Metric]:
-    """Every metric family of one gateway, read now."""
+@attrs.frozen
+class Figures:
+    """Everything one scrape exports, read at once in the trio thread (immutable)."""
+
+    version: str
+    runtime: RuntimeStatistics
+    gateway: GatewayValue
+
+    @classmethod
+    def read(cls, state: GatewayState) -> Figures:
+        return cls(state.version, state.runtime.statistics(), state.statistics())
+
+
+def metric_families(figures: Figures) -> list[Metric]:
+    """Every metric family of one scrape. Reads only ``figures``: safe in any thread."""
     info = GaugeMetricFamily("llmrt_build_info", "The llmrt version serving.", labels=["version"])
-    info.add_metric([state.version], 1)
-    return [info, *_runtime_families(state.runtime.statistics()), *_gateway_families(state)]
+    info.add_metric([figures.version], 1)
+    return [info, *_runtime_families(figures.runtime), *_gateway_families(figures.gateway)]
 
 
 @attrs.define(eq=False)
 class _Collector:
-    state: GatewayState
+    """Exports the figures of the scrape in progress (`GatewayMetrics` sets them)."""
+
+    figures: Figures | None = None
 
     def collect(self) -> Iterable[Metric]:
-        return metric_families(self.state)
+        return metric_families(self.figures) if self.figures is not None else []
 
 
 @attrs.define(eq=False)
 class GatewayMetrics:
-    """One gateway's metrics registry; `render` is the ``/metrics`` answer."""
+    """One gateway's metrics registry; `render` is the ``/metrics`` answer.
+
+    The figures are read in the trio thread (a snapshot: cheap), the text is
+    written in a worker thread: formatting thousands of samples takes
+    milliseconds, which would otherwise stall every stream of the process.
+    Scrapes take turns.
+    """
 
     state: GatewayState
     registry: CollectorRegistry = attrs.field(init=False)
+    _collector: _Collector = attrs.field(factory=_Collector, init=False)
+    _turn: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self.state))
+        self.registry.register(self._collector)
 
-    def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    async def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type. A checkpoint."""
+        async with self._turn:
+            self._collector.figures = Figures.read(self.state)
+            try:
+                body = await trio.to_thread.run_sync(generate_latest, self.registry)
+            finally:
+                self._collector.figures = None
+        return body, CONTENT_TYPE_LATEST
+
+    def render_now(self) -> bytes:
+        """The exposition text, written in this thread (tests, benchmarks)."""
+        if self._turn.locked():
+            raise RuntimeError("a scrape is in progress")
+        self._collector.figures = Figures.read(self.state)
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._collector.figures = None

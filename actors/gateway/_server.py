@@ -130,8 +130,8 @@ class GatewayServer:
         self._state.counters.refused(cause)
 
     def metrics_text(self) -> bytes:
-        """What ``GET /metrics`` answers now (Prometheus text format)."""
-        return self._metrics.render()[0]
+        """What ``GET /metrics`` would answer now (Prometheus text format)."""
+        return self._metrics.render_now()
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Shut the gateway down and return once `serve_gateway` has returned.
