@@ -326,7 +326,7 @@ async def serve_stream(
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     answer: Answer | None = None
     head_only = False
-    handed_over = False
+    answered = handed_over = False
     try:
         with trio.CancelScope(deadline=deadline) as scope:
             try:
@@ -343,8 +343,9 @@ async def serve_stream(
                     head_only = request.method == b"HEAD"
             if answer is not None:
                 await stream.send_all(_encode(conn, answer, head_only))
+                answered = True
                 await _linger(stream)
-        if scope.cancelled_caught and not handed_over:
+        if scope.cancelled_caught and not answered and not handed_over:
             front.counters.refused(RefusalCause.TIMEOUT)
         if handed_over:
             await upgrade(ReplayStream(stream, data), deadline)
