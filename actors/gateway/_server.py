@@ -127,7 +127,7 @@ class GatewayServer:
 
     def refused(self, cause: RefusalCause) -> None:
         """Count a request refused by a check outside this module (e.g. ``origin``)."""
-        self._state.counters.refused(cause)
+        self._state.refused(cause)
 
     def metrics_text(self) -> bytes:
         """What ``GET /metrics`` would answer now (Prometheus text format)."""
@@ -176,11 +176,11 @@ async def _serve_one(
     limits = state.limits
     counters = state.counters
     if state.stopping.is_set():
-        counters.refused(RefusalCause.SHUTDOWN)
+        state.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
         return
     if state.admitted >= limits.max_connections:
-        counters.refused(RefusalCause.LIMITS)
+        state.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
@@ -190,12 +190,12 @@ async def _serve_one(
             presented = bearer_from_headers(request.headers) or offered_token
             if not token_matches(state.token, presented):
                 # Neither the token nor how it failed is logged.
-                counters.refused(RefusalCause.AUTH)
+                state.refused(RefusalCause.AUTH)
                 await _reject(request, 401, "a valid bearer token is required")
                 return
         codec = codec_for(offered)
         if codec is None:
-            counters.refused(RefusalCause.SUBPROTOCOL)
+            state.refused(RefusalCause.SUBPROTOCOL)
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
         # The bearer subprotocol is never echoed: the answer names the encoding.
@@ -225,7 +225,7 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
                     nursery, stream, max_message_size=limits.hard_frame_bytes
                 )
             if handshake.cancelled_caught:
-                state.counters.refused(RefusalCause.TIMEOUT)
+                state.refused(RefusalCause.TIMEOUT)
             else:
                 ws = await _handle(state, request)
                 if ws is not None:
