@@ -86,6 +86,15 @@ def _parser() -> argparse.ArgumentParser:
         help=f"environment variable holding the bearer token (default {DEFAULT_TOKEN_ENV}); "
         "when it is set, clients must present the token. Required beyond loopback.",
     )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin (scheme://host[:port]) whose pages may use the gateway, "
+        "besides the gateway's own; repeatable; '*' (any page) only with a token. "
+        "Adds to [gateway].allow_origin of llmrt.toml.",
+    )
 
     call = add("call", "Stream one call to the terminal.")
     call.add_argument("prompt", help="the user message")
@@ -312,7 +321,10 @@ async def _serve(
 
     token = environ.get(args.token_env) or None
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
+        allow_origin = (*config.gateway.allow_origin, *args.allow_origin)
+        serve = functools.partial(
+            serve_gateway, rt, args.host, args.port, token=token, allow_origin=allow_origin
+        )
         server = await nursery.start(serve)
         out.write(f"llmrt {llmrt.__version__} gateway listening on {server.url}\n")
         out.write(f"auth: {'on (bearer token from $' + args.token_env + ')' if token else 'off'}\n")

@@ -20,6 +20,7 @@ __all__ = [
     "ProviderTable",
     "ModelTable",
     "RetryTable",
+    "GatewayTable",
     "Path",
     "format_path",
     "parse_path",
@@ -83,11 +84,19 @@ class ProviderTable(_Table, frozen=True):
     tokens_per_second: float | None = None
 
 
+class GatewayTable(_Table, frozen=True):
+    """``[gateway]``: settings of the websocket gateway (``llmrt serve``)."""
+
+    #: Browser origins allowed besides the gateway's own (``*``: any, with a token only).
+    allow_origin: tuple[str, ...] = ()
+
+
 class FileTable(_Table, frozen=True):
     """The whole file."""
 
     defaults: DefaultsTable = msgspec.field(default_factory=DefaultsTable)
     provider: tuple[ProviderTable, ...] = ()
+    gateway: GatewayTable = msgspec.field(default_factory=GatewayTable)
 
 
 # ---- paths ---------------------------------------------------------------------------------

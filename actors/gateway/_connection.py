@@ -47,6 +47,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
+from ._origin import LogThrottle, OriginPolicy, RefusalCause
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
@@ -98,9 +99,19 @@ class GatewayState:
     grace: float = 0.0
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
+    #: Which browser origins and Host names a handshake may carry.
+    policy: OriginPolicy = attrs.field(factory=OriginPolicy)
+    #: Handshakes refused before the upgrade, by cause.
+    refusals: dict[RefusalCause, int] = attrs.field(factory=dict)
+    #: One refusal line per peer address per minute.
+    refusal_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0))
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
+
+    def refused(self, cause: RefusalCause) -> None:
+        """Count a handshake refused before the upgrade."""
+        self.refusals[cause] = self.refusals.get(cause, 0) + 1
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Sequence
 from functools import partial
 
 import attrs
@@ -35,6 +36,7 @@ import llmrt
 
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
+from ._origin import OriginPolicy, Refusal
 from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
 
 __all__ = ["serve_gateway", "GatewayServer"]
@@ -82,6 +84,11 @@ class GatewayServer:
         return len(self._state.connections)
 
     @property
+    def refusals(self) -> dict[str, int]:
+        """Handshakes refused before the upgrade, by cause (``origin``, ``host``, ``per_peer``)."""
+        return {str(cause): n for cause, n in self._state.refusals.items()}
+
+    @property
     def live_requests(self) -> int:
         """Live calls and metadata requests over all connections."""
         return self._state.live
@@ -107,6 +114,37 @@ async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
     await request.reject(status, extra_headers=headers, body=body.encode())
 
 
+def _handshake_host(request: WebSocketRequest) -> str | None:
+    # wsproto keeps ``Host`` out of the request's headers (it is a field of
+    # the handshake event), and trio-websocket exposes no accessor for it.
+    host = getattr(getattr(request, "_event", None), "host", None)
+    return host if isinstance(host, str) else None
+
+
+def _header(request: WebSocketRequest, name: bytes) -> str | None:
+    for key, value in request.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _peer(request: WebSocketRequest) -> str:
+    remote = request.remote
+    return str(remote.address) if isinstance(remote, Endpoint) else str(remote)
+
+
+async def _refuse(state: GatewayState, request: WebSocketRequest, refusal: Refusal) -> None:
+    """Refuse a handshake with 403 (503 for per-peer), count it, log it at a bounded rate."""
+    state.refused(refusal.cause)
+    peer = _peer(request)
+    log_it, muted = state.refusal_log.allow(peer, trio.current_time())
+    if log_it:
+        # Only the cause and the refused value: never headers (a token may be among them).
+        more = f" ({muted} more refused since the last line)" if muted else ""
+        log.warning("refused a handshake from %s: %s%s", peer, refusal.message, more)
+    await _reject(request, 503 if refusal.cause == "per_peer" else 403, refusal.message)
+
+
 async def _handle(state: GatewayState, request: WebSocketRequest) -> None:
     """One websocket. Its failures end it alone, never the gateway."""
     try:
@@ -122,6 +160,10 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
     limits = state.limits
     if state.stopping.is_set():
         await _reject(request, 503, "the gateway is shutting down")
+        return
+    refusal = state.policy.check(_header(request, b"origin"), _handshake_host(request))
+    if refusal is not None:
+        await _refuse(state, request, refusal)
         return
     if state.admitted >= limits.max_connections:
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
@@ -157,6 +199,7 @@ async def serve_gateway(
     *,
     token: str | None = None,
     limits: Limits | None = None,
+    allow_origin: Sequence[str] = (),
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -168,10 +211,13 @@ async def serve_gateway(
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
+    ``allow_origin``: browser origins (``scheme://host[:port]``, or ``*``
+    with a token) allowed besides the gateway's own; see ``_origin``.
 
     Raises `ValueError` before binding when ``host`` is not a loopback
-    address and no token is given, or when ``token`` is empty or holds
-    whitespace; `OSError` when binding fails.
+    address and no token is given, when ``token`` is empty or holds
+    whitespace, or when an ``allow_origin`` entry is not an origin (or is
+    ``*`` without a token); `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
     if token is not None and (not token or any(c.isspace() for c in token)):
@@ -181,11 +227,13 @@ async def serve_gateway(
             f"refusing to serve on the non-loopback host {host!r} without a token: "
             "pass token=... (clients then authenticate with a bearer token)"
         )
+    policy = OriginPolicy.build(allow_origin, loopback=_is_loopback(host), token=token is not None)
     state = GatewayState(
         runtime=runtime,
         limits=limits,
         version=llmrt.__version__,
         token=token.encode() if token is not None else None,
+        policy=policy,
     )
     conns_done = trio.Event()
     listener = trio.CancelScope()
