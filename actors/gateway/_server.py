@@ -37,7 +37,15 @@ import llmrt
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._origin import OriginPolicy, Refusal
-from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
+from ._protocol import (
+    FRAME_BYTES_HEADER,
+    MIN_FRAME_BYTES,
+    Limits,
+    bearer_from_headers,
+    codec_for,
+    split_subprotocols,
+    token_matches,
+)
 
 __all__ = ["serve_gateway", "GatewayServer"]
 
@@ -165,10 +173,19 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
     if refusal is not None:
         await _refuse(state, request, refusal)
         return
+    peer = _peer(request)
+    if state.per_peer.get(peer, 0) >= limits.max_connections_per_peer:
+        message = (
+            f"this address has {limits.max_connections_per_peer} connections open "
+            "(maxConnectionsPerPeer)"
+        )
+        await _refuse(state, request, Refusal("per_peer", message))
+        return
     if state.admitted >= limits.max_connections:
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
+    state.per_peer[peer] = state.per_peer.get(peer, 0) + 1
     try:
         offered_token, offered = split_subprotocols(request.proposed_subprotocols)
         if state.token is not None:
@@ -181,15 +198,28 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
         if codec is None:
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
+        frame_limit = limits.max_frame_bytes
+        announced = _header(request, FRAME_BYTES_HEADER.encode())
+        if announced is not None:
+            accepted = int(announced) if announced.strip().isdigit() else 0
+            if accepted < MIN_FRAME_BYTES:
+                await _reject(
+                    request, 400, f"{FRAME_BYTES_HEADER} must be an integer >= {MIN_FRAME_BYTES}"
+                )
+                return
+            frame_limit = min(frame_limit, accepted)
         # The bearer subprotocol is never echoed: the answer names the encoding.
         ws = await request.accept(subprotocol=codec.subprotocol if offered else None)
-        conn = Connection(state, ws, codec)
+        conn = Connection(state, ws, codec, frame_limit=frame_limit)
         await conn.run()
         if conn.close_code == HEARTBEAT_CLOSE:
             with trio.move_on_after(limits.close_timeout):
                 await ws.aclose(HEARTBEAT_CLOSE, "heartbeat timeout")
     finally:
         state.admitted -= 1
+        left = state.per_peer.pop(peer) - 1
+        if left:
+            state.per_peer[peer] = left
 
 
 async def serve_gateway(
