@@ -89,6 +89,14 @@ class GatewayTable(_Table, frozen=True):
 
     #: Browser origins allowed besides the gateway's own (``*``: any, with a token only).
     allow_origin: tuple[str, ...] = ()
+    #: Seconds without a call in flight after which a connection is closed.
+    idle_timeout: float | None = None
+    #: Open connections per peer address.
+    max_connections_per_peer: _Positive | None = None
+    #: Bytes of encoded chunks one connection may queue for its slow client.
+    max_pending_bytes: _Positive | None = None
+    #: The largest frame in either direction (at least 4096).
+    max_frame_bytes: _Positive | None = None
 
 
 class FileTable(_Table, frozen=True):

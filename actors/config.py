@@ -329,6 +329,7 @@ def _refuse_foreign_keys(ctx: _Context, raw: dict[str, Any]) -> None:
 
 def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
     from .gateway._origin import OriginPolicy
+    from .gateway._protocol import MIN_FRAME_BYTES
 
     for index, entry in enumerate(table.allow_origin):
         try:
@@ -336,6 +337,14 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
             OriginPolicy.build([entry], loopback=True, token=True)
         except ValueError as exc:
             raise ctx.error(("gateway", "allow_origin", index), str(exc)) from None
+    if table.idle_timeout is not None and not 0 < table.idle_timeout < math.inf:
+        raise ctx.error(
+            ("gateway", "idle_timeout"), "idle_timeout must be a positive, finite number of seconds"
+        )
+    if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
+        raise ctx.error(
+            ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"
+        )
     return table
 
 

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import llmrt
-from llmrt.actors._cli import main
+from llmrt.actors._cli import _gateway_limits, _parser, main
 from llmrt.actors.client import open_gateway_client
 from llmrt.actors.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
@@ -249,3 +249,33 @@ def test_serve_refuses_a_wildcard_origin_without_a_token(
     code = main(["serve", "--port", "0", "--allow-origin", "*"], out=io.StringIO(), environ={})
     assert code == 2
     assert "only with a token" in capsys.readouterr().err
+
+
+def test_gateway_limits_come_from_llmrt_toml_then_flags(tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "gw.toml"
+    file.write_text(
+        "[gateway]\nidle_timeout = 45.5\nmax_connections_per_peer = 3\n"
+        "max_pending_bytes = 65536\nmax_frame_bytes = 8192\n"
+    )
+    config = load_config(file, environ={})
+    args = _parser().parse_args(["serve", "--max-connections-per-peer", "7"])
+    limits = _gateway_limits(args, config.gateway)
+    assert (limits.idle_timeout, limits.max_connections_per_peer) == (45.5, 7)
+    assert (limits.max_pending_bytes, limits.max_frame_bytes) == (65536, 8192)
+    assert (
+        _gateway_limits(_parser().parse_args(["serve"]), load_config(None, environ={}).gateway)
+        == Limits()
+    )
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[gateway]\n\nmax_frame_bytes = 100\n")
+    with pytest.raises(ConfigError, match=r"bad.toml:3: max_frame_bytes must be at least 4096"):
+        load_config(bad, environ={})
+    bad.write_text("[gateway]\nidle_timeout = -1\n")
+    with pytest.raises(ConfigError, match=r"bad.toml:2: idle_timeout must be a positive"):
+        load_config(bad, environ={})
+
+
+def test_serve_refuses_nonsense_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["serve", "--port", "0", "--idle-timeout", "0"], out=io.StringIO(), environ={})
+    assert code == 2
+    assert "idle_timeout" in capsys.readouterr().err
