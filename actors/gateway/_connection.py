@@ -51,7 +51,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
-from ._origin import LogThrottle, OriginPolicy, RefusalCause
+from ._origin import LogThrottle, OriginPolicy
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
@@ -110,7 +110,7 @@ class GatewayState:
     #: Which browser origins and Host names a handshake may carry.
     policy: OriginPolicy = attrs.field(factory=OriginPolicy)
     #: Handshakes refused before the upgrade, by cause.
-    refusals: dict[RefusalCause, int] = attrs.field(factory=dict)
+    refusals: dict[str, int] = attrs.field(factory=dict)
     #: Connections accepted or being handshaken, per peer address.
     per_peer: dict[str, int] = attrs.field(factory=dict)
     #: One refusal line per peer address per minute.
@@ -119,8 +119,8 @@ class GatewayState:
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
 
-    def refused(self, cause: RefusalCause) -> None:
-        """Count a handshake refused before the upgrade."""
+    def refused(self, cause: str) -> None:
+        """Count a handshake refused before the upgrade (``origin``, ``host``, ``per_peer``)."""
         self.refusals[cause] = self.refusals.get(cause, 0) + 1
 
     def connection_ended(self, conn: Connection) -> None:
@@ -172,15 +172,19 @@ _ENVELOPE = 64
 
 def _frames(
     request: _Request, items: list[msgspec.Raw | RetryScheduled], limit: int
-) -> list[RawChunkFrame | RawChunksFrame | RetryFrame]:
-    """The frames for a request's pending items: runs of chunks, each frame's
-    chunks at most ``limit`` bytes with the envelope, and a ``retry`` frame at
-    each attempt boundary of a retried call. A chunk that does not fit a frame
-    alone gets its own (the writer then sends it in parts)."""
+) -> tuple[list[RawChunkFrame | RawChunksFrame | RetryFrame], int]:
+    """The frames for a request's pending items, and the bytes of chunks they carry.
+
+    Runs of chunks, each frame's chunks at most ``limit`` bytes with the
+    envelope, and a ``retry`` frame at each attempt boundary of a retried
+    call. A chunk that does not fit a frame alone gets its own (the writer
+    then sends it in parts).
+    """
     frames: list[RawChunkFrame | RawChunksFrame | RetryFrame] = []
     run: list[msgspec.Raw] = []
     room = limit - _ENVELOPE - 6 * len(request.id)
     size = 0
+    total = 0
 
     def flush() -> None:
         if len(run) == 1:
@@ -190,8 +194,9 @@ def _frames(
         run.clear()
 
     for item in items:
-        if type(item) is RetryScheduled:
+        if isinstance(item, RetryScheduled):
             flush()
+            size = 0
             frames.append(
                 RetryFrame(
                     id=request.id,
@@ -202,16 +207,16 @@ def _frames(
             )
             request.attempt = item.attempt + 1
         else:
-            assert isinstance(item, msgspec.Raw)
-            # A separator per chunk (a comma in JSON).
-            if run and size + len(item) + 1 > room:
+            n = len(item)
+            total += n
+            # Plus a separator per chunk (a comma in JSON).
+            if run and size + n + 1 > room:
                 flush()
-            if not run:
                 size = 0
             run.append(item)
-            size += len(item) + 1
+            size += n + 1
     flush()
-    return frames
+    return frames, total
 
 
 def _error(code: str, message: str, id: str | None = None) -> ErrorFrame:
@@ -449,24 +454,34 @@ class Connection:
             elif len(request.pending) >= PENDING_CHUNKS:
                 request.space = trio.Event()
                 await request.space.wait()
-            # Over budget: wait for the writer. The chunk is queued already, so
-            # one chunk larger than the whole budget still goes through.
-            while self._pending_bytes > budget:
-                if self._budget is None:
-                    self._budget = trio.Event()
-                await self._budget.wait()
+            if self._pending_bytes > budget:
+                await self._wait_for_budget()
 
         async def forward(item: StreamChunk | RetryScheduled) -> None:
             if type(item) is RetryScheduled:
                 await put(item)
                 return
             encoded = raw(item)
-            if len(encoded) > room and isinstance(item, TextDelta | ReasoningDelta | ToolCallDelta):
+            size = len(encoded)
+            if size > room and isinstance(item, TextDelta | ReasoningDelta | ToolCallDelta):
                 # Cut into deltas that concatenate to it, each in a frame of its own size.
                 for piece in split_delta(item, size_of, room):
                     await put(raw(piece))
                 return
-            await put(encoded)
+            # The common case, inlined: this runs once per chunk.
+            request.pending.append(encoded)
+            self._pending_bytes += size
+            if not request.queued:
+                request.queued = True
+                try:
+                    send.send_nowait(request)
+                except trio.WouldBlock:
+                    await send.send(request)
+            elif len(request.pending) >= PENDING_CHUNKS:
+                request.space = trio.Event()
+                await request.space.wait()
+            if self._pending_bytes > budget:
+                await self._wait_for_budget()
 
         try:
             if request.attempt is None:
@@ -523,11 +538,11 @@ class Connection:
             while True:
                 item = await recv.receive()
                 if isinstance(item, _Request):
-                    items = item.take()
-                    for frame in _frames(item, items, limit):
+                    frames, written = _frames(item, item.take(), limit)
+                    for frame in frames:
                         for message in within(frame, limit):
                             await ws.send_message(message)
-                    self._release(sum(len(i) for i in items if type(i) is msgspec.Raw))
+                    self._release(written)
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code
                     with trio.move_on_after(self.state.limits.close_timeout):
@@ -542,6 +557,18 @@ class Connection:
             # Nothing more can reach the client: end the connection.
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
+
+    async def _wait_for_budget(self) -> None:
+        """Wait until the writer has brought the pending bytes back within the budget.
+
+        The caller's chunk is queued already, so one chunk larger than the
+        whole budget still goes through.
+        """
+        budget = self.state.limits.max_pending_bytes
+        while self._pending_bytes > budget:
+            if self._budget is None:
+                self._budget = trio.Event()
+            await self._budget.wait()
 
     def _release(self, written: int) -> None:
         """The writer wrote ``written`` bytes of chunks: wake calls waiting for the budget."""

@@ -36,7 +36,7 @@ from typing import Literal
 import attrs
 
 __all__ = [
-    "RefusalCause",
+    "Cause",
     "Refusal",
     "OriginPolicy",
     "normalize_origin",
@@ -45,8 +45,8 @@ __all__ = [
     "LogThrottle",
 ]
 
-#: Why a handshake was refused before the upgrade (also the refusal counters' names).
-RefusalCause = Literal["origin", "host", "per_peer"]
+#: Why this module refuses a handshake (also the names the refusals are counted under).
+Cause = Literal["origin", "host", "per_peer"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 _SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
@@ -60,7 +60,7 @@ _SHOWN = 100
 class Refusal:
     """A refused handshake: the cause, and a message safe to send and log (no secrets)."""
 
-    cause: RefusalCause
+    cause: Cause
     message: str
 
 

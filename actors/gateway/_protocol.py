@@ -493,14 +493,18 @@ class Codec:
             raise DecodeError(f"invalid request: {exc}") from None
 
     def decode_server(self, data: str | bytes) -> ServerFrame:
-        """Decode a server frame (client side). Raises `DecodeError` (also when too deep)."""
+        """Decode a server frame (client side). Raises `DecodeError` (also when too deep).
+
+        No depth check before decoding: server frames batch many chunks (many
+        brackets), the check would cost a scan of every frame, and the
+        decoder's own `RecursionError` is caught instead.
+        """
         try:
-            self._refuse_deep(data)
             return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
             raise DecodeError(f"bad server frame: {exc}") from None
-        except (DecodeError, RecursionError):
-            raise DecodeError(f"bad server frame: {_TOO_DEEP}") from None
+        except RecursionError:
+            raise DecodeError("bad server frame: nested too deep to decode") from None
 
     def decode_value(self, raw: msgspec.Raw, type: Any) -> Any:
         """Decode a result value as ``type``. Raises `DecodeError`."""

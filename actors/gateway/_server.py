@@ -94,7 +94,7 @@ class GatewayServer:
     @property
     def refusals(self) -> dict[str, int]:
         """Handshakes refused before the upgrade, by cause (``origin``, ``host``, ``per_peer``)."""
-        return {str(cause): n for cause, n in self._state.refusals.items()}
+        return dict(self._state.refusals)
 
     @property
     def live_requests(self) -> int:
