@@ -359,3 +359,19 @@ async def test_connections_per_peer_are_capped_and_announced() -> None:
                 assert server.refusals == {"per_peer": 1}
             # A slot came free: a fresh client is served.
             await fresh_client_is_served(server)
+
+
+async def test_a_bad_frame_size_announcement_is_refused_with_400() -> None:
+    async with gateway({}) as server:
+        for value in ("100", "lots", "²", "9" * 5000):
+            header = [(b"Llmrt-Max-Frame-Bytes", value.encode())]
+            with pytest.raises(ConnectionRejected) as refused:
+                async with open_websocket_url(server.url, extra_headers=header):
+                    pass  # pragma: no cover
+            assert refused.value.status_code == 400, value
+        # A limit above the server's own changes nothing.
+        header = [(b"Llmrt-Max-Frame-Bytes", str(1 << 40).encode())]
+        async with open_websocket_url(server.url, extra_headers=header) as ws:
+            hello = json.loads(await ws.get_message())
+            assert hello["limits"]["serverFrameBytes"] == hello["limits"]["maxFrameBytes"]
+        await fresh_client_is_served(server)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import Sequence
 from functools import partial
 
@@ -51,6 +52,7 @@ __all__ = ["serve_gateway", "GatewayServer"]
 
 log = logging.getLogger("llmrt.gateway")
 
+_DIGITS = re.compile(r"[0-9]{1,15}")
 #: Slack on top of grace + close_timeout before the shutdown cancels what is left.
 _SHUTDOWN_SLACK = 1.0
 
@@ -201,7 +203,9 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
         frame_limit = limits.max_frame_bytes
         announced = _header(request, FRAME_BYTES_HEADER.encode())
         if announced is not None:
-            accepted = int(announced) if announced.strip().isdigit() else 0
+            digits = announced.strip()
+            # ASCII digits only, and few of them: int() refuses long or exotic ones.
+            accepted = int(digits) if _DIGITS.fullmatch(digits) else 0
             if accepted < MIN_FRAME_BYTES:
                 await _reject(
                     request, 400, f"{FRAME_BYTES_HEADER} must be an integer >= {MIN_FRAME_BYTES}"
