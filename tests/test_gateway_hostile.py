@@ -375,3 +375,25 @@ async def test_a_bad_frame_size_announcement_is_refused_with_400() -> None:
             hello = json.loads(await ws.get_message())
             assert hello["limits"]["serverFrameBytes"] == hello["limits"]["maxFrameBytes"]
         await fresh_client_is_served(server)
+
+
+async def test_connection_failures_log_one_traceback_per_kind_per_minute(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrt.actors.gateway import _server
+
+    class Broken(_server.Connection):
+        async def run(self) -> None:
+            raise RuntimeError("a bug a client can trigger")
+
+    caplog.set_level(logging.ERROR, "llmrt.gateway")
+    async with gateway({}) as server:
+        monkeypatch.setattr(_server, "Connection", Broken)
+        for _ in range(5):
+            async with open_websocket_url(server.url) as ws:
+                with pytest.raises(ConnectionClosed):
+                    await ws.get_message()
+        monkeypatch.undo()
+        failures = [r for r in caplog.records if "connection failed" in r.getMessage()]
+        assert len(failures) == 1 and failures[0].exc_info is not None
+        await fresh_client_is_served(server)

@@ -115,6 +115,8 @@ class GatewayState:
     per_peer: dict[str, int] = attrs.field(factory=dict)
     #: One refusal line per peer address per minute.
     refusal_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0))
+    #: One traceback per kind of connection failure per minute.
+    failure_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0, max_keys=64))
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace

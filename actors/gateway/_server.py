@@ -161,8 +161,13 @@ async def _handle(state: GatewayState, request: WebSocketRequest) -> None:
         await _serve_one(state, request)
     except ConnectionClosed:
         pass  # the client left during the handshake
-    except Exception:
-        log.exception("a gateway connection failed")
+    except Exception as exc:
+        # A failure that clients can trigger at will must not flood the log:
+        # one traceback per kind of failure per minute.
+        log_it, muted = state.failure_log.allow(type(exc).__name__, trio.current_time())
+        if log_it:
+            more = f" ({muted} more since the last one)" if muted else ""
+            log.exception("a gateway connection failed%s", more)
 
 
 async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
