@@ -30,6 +30,7 @@ __all__ = [
     "BadRequest",
     "H11Response",
     "ParsedRequest",
+    "RequestHead",
     "RequestParser",
     "raw_response_head",
     "reason_phrase",
@@ -58,6 +59,16 @@ class ParsedRequest:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     keep_alive: bool
+
+
+@attrs.frozen
+class RequestHead:
+    """A request's head, reported before its body when the parser is asked to (`report_heads`)."""
+
+    method: str
+    target: str
+    version: str
+    headers: tuple[tuple[str, str], ...]
 
 
 @attrs.frozen
@@ -150,7 +161,9 @@ class RequestParser:
     """Incremental HTTP/1.1 request parser for one connection, on h11.
 
     `feed` returns the requests completed by the new bytes. After it returns a
-    `BadRequest`, the parser is dead and returns nothing more. Each request
+    `BadRequest`, the parser is dead and returns nothing more. With
+    `report_heads`, each request's `RequestHead` comes first, as soon as the
+    head is read (a server can answer before the body). Each request
     gets a fresh `h11.Connection`; the bytes after one request (pipelining)
     carry over to the next.
     """
@@ -160,7 +173,9 @@ class RequestParser:
         *,
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        report_heads: bool = False,
     ) -> None:
+        self._report_heads = report_heads
         self._max_header = max_header_bytes
         self._max_body = max_body_bytes
         # Bytes not yet given to h11: the start of the next request's head.
@@ -176,11 +191,11 @@ class RequestParser:
         """True when no partial request is buffered (a clean place for the client to close)."""
         return not self._buf and self._conn is None
 
-    def feed(self, data: bytes) -> list[ParsedRequest | BadRequest]:
+    def feed(self, data: bytes) -> list[ParsedRequest | RequestHead | BadRequest]:
         """Add received bytes; return the requests (or the one failure) they complete."""
         if self._dead:
             return []
-        out: list[ParsedRequest | BadRequest] = []
+        out: list[ParsedRequest | RequestHead | BadRequest] = []
         try:
             if self._conn is None:
                 self._buf += data
@@ -230,7 +245,7 @@ class RequestParser:
         self._conn.receive_data(head + rest)
         return True
 
-    def _step(self) -> ParsedRequest | None:
+    def _step(self) -> ParsedRequest | RequestHead | None:
         if self._conn is None and not self._start():
             return None
         conn = self._conn
@@ -241,6 +256,13 @@ class RequestParser:
                 return None
             if isinstance(event, h11.Request):
                 self._on_request(event)
+                if self._report_heads:
+                    return RequestHead(
+                        method=event.method.decode("ascii"),
+                        target=event.target.decode("ascii"),
+                        version="HTTP/" + event.http_version.decode("ascii"),
+                        headers=self._headers(event),
+                    )
             elif isinstance(event, h11.Data):
                 self._body += event.data
                 if len(self._body) > self._max_body:
@@ -259,12 +281,16 @@ class RequestParser:
                 raise _Bad(413, "request body too large")
         self._request = event
 
-    def _finish(self, conn: h11.Connection) -> ParsedRequest:
-        request = self._request
-        assert request is not None
+    def _headers(self, request: h11.Request) -> tuple[tuple[str, str], ...]:
         headers = [(n.decode("ascii"), v.decode("latin-1")) for n, v in request.headers]
         if self._added_host:
             headers = [h for h in headers if h[0] != "host"]
+        return tuple(headers)
+
+    def _finish(self, conn: h11.Connection) -> ParsedRequest:
+        request = self._request
+        assert request is not None
+        headers = self._headers(request)
         tokens = {
             t.strip().lower()
             for name, value in headers
@@ -278,7 +304,7 @@ class RequestParser:
             method=request.method.decode("ascii"),
             target=request.target.decode("ascii"),
             version=f"HTTP/{version}",
-            headers=tuple(headers),
+            headers=headers,
             body=bytes(self._body),
             keep_alive=keep_alive,
         )

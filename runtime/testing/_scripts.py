@@ -17,18 +17,22 @@ import enum
 import math
 import os
 import pathlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 import h11
 import msgspec
+import trio
 
 from ._http import H11Response, raw_response_head
+from ._records import RecordedRequest
 
 __all__ = [
-    "ErrorScript",
     "Ending",
+    "ErrorScript",
+    "HostileScript",
+    "Outcome",
     "EventLike",
     "HeadersLike",
     "ResponsePlan",
@@ -393,5 +397,31 @@ class ErrorScript:
         return self._plan
 
 
+#: How a hostile script leaves the connection once it has done its worst.
+Outcome: TypeAlias = Literal["keep-alive", "close", "reset"]
+
+
+@attrs.frozen
+class HostileScript:
+    """A named misbehaviour: a response sent by its own code, raw bytes or h11 as it needs.
+
+    Built by `llmrt.testing.hostile`; see `MISBEHAVIOURS` for the catalogue.
+    `serve(stream, request)` writes the response and says how the connection
+    ends: ``"keep-alive"`` (offer it for another request), ``"close"`` (FIN;
+    closing with unread input makes the kernel send an RST), ``"reset"``
+    (RST). A script that never ends returns once the client leaves (the
+    server cancels it). With `at_head`, the script answers as soon as the
+    request head is read, before the body, and the connection stops reading;
+    this works for a static route or a script queue (a router only sees whole
+    requests).
+    """
+
+    name: str
+    serve: Callable[[trio.abc.Stream, RecordedRequest], Awaitable[Outcome]] = attrs.field(
+        repr=False
+    )
+    at_head: bool = False
+
+
 #: Anything the server can answer a request with.
-Script: TypeAlias = SSEScript | ErrorScript
+Script: TypeAlias = SSEScript | ErrorScript | HostileScript
