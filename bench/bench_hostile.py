@@ -63,6 +63,7 @@ CASES: list[tuple[str, str, dict[str, Any], int]] = [
     ("garbage-status", "garbage-status", {}, 2),
     ("broken-chunked", "broken-chunked", {}, 2),
     ("blank-line-flood", "blank-line-flood", {}, 2),
+    ("comment-flood", "comment-flood", {}, 2),
     ("giant-deltas", "giant-deltas", {}, 2),
 ]
 

@@ -18,7 +18,9 @@ case that does not hold, not just the first.
 from __future__ import annotations
 
 import collections
+import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -167,14 +169,26 @@ def task_names() -> collections.Counter[str]:
     return names
 
 
-def open_sockets() -> int:
+def open_sockets(local_port: int | None = None) -> int:
+    """Sockets open in this process; with `local_port`, only those bound to that port."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                count += 1
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
         except OSError:
-            pass  # closed while listing (the listing's own descriptor, for one)
+            continue  # closed while listing (the listing's own descriptor, for one)
+        if local_port is None:
+            count += 1
+            continue
+        sock = socket.socket(fileno=int(fd))
+        try:
+            name = sock.getsockname()
+            count += isinstance(name, tuple) and name[1] == local_port
+        except OSError:
+            pass
+        finally:
+            sock.detach()  # a look only: the descriptor stays its owner's
     return count
 
 
@@ -192,8 +206,11 @@ async def settle(check: Callable[[], bool], bound: float = SETTLE_BOUND) -> bool
     return check()
 
 
-async def leftovers(d: Deployment) -> list[str]:
-    """What a finished case left behind, as readable complaints (empty: nothing)."""
+async def leftovers(d: Deployment, *, sockets: bool = True) -> list[str]:
+    """What a finished case left behind, as readable complaints (empty: nothing).
+
+    With `sockets`, every socket of the process is accounted for.
+    """
     problems = []
     if not await settle(lambda: d.runtime.statistics().calls_in_flight == 0):
         problems.append(f"{d.runtime.statistics().calls_in_flight} calls still in flight")
@@ -222,7 +239,7 @@ async def leftovers(d: Deployment) -> list[str]:
         # adapter's and the upstream's. Anything beyond those leaked.
         return open_sockets() == d.baseline_sockets + 2 * open_upstream_connections(upstream)
 
-    if not await settle(sockets_ok):
+    if sockets and not await settle(sockets_ok):
         problems.append(
             f"{open_sockets()} sockets open, expected {d.baseline_sockets} + 2 x "
             f"{open_upstream_connections(upstream)} pooled"
@@ -300,7 +317,10 @@ async def run_case(d: Deployment, case: Case, provider: str, caller: Caller) -> 
 # 72 calls, some of them 8 MiB requests or 256 MiB bombs: more than the default bound on a
 # loaded machine, and far more when a client does not bound an endless misbehaviour.
 @pytest.mark.timeout(300)
-async def test_every_misbehaviour_through_both_adapters_directly_and_via_the_gateway() -> None:
+async def test_every_misbehaviour_through_both_adapters_directly_and_via_the_gateway(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
     failures: dict[str, list[str]] = {}
     async with deployment() as d:
         await take_baseline(d)
@@ -323,6 +343,10 @@ async def test_every_misbehaviour_through_both_adapters_directly_and_via_the_gat
                     failures[f"fresh client {provider}"] = problems
         if providers != set(PROVIDERS):
             failures["fresh client"] = [f"listed providers {providers}"]
+    # Keys never reach a log line or a logged traceback, at any level.
+    for provider, key in KEYS.items():
+        if key in caplog.text:
+            failures[f"logs ({provider})"] = ["the provider key was logged"]
     assert not failures, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failures.items())
 
 
@@ -376,10 +400,16 @@ async def send_malformed(
     return problems
 
 
-async def test_every_malformed_frame_class_against_the_gateway() -> None:
+async def test_every_malformed_frame_class_against_the_gateway(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     failures: dict[str, list[str]] = {}
     async with deployment() as d:
         await take_baseline(d)
+        # The gateway's own sockets: its listener and its one client's connection.
+        # (A raw client whose connection the gateway drops may keep its end open
+        # a while: that is the test's socket, not the gateway's.)
+        gateway_sockets = open_sockets(d.server.port)
         for label, subprotocol, message, code in FRAMES:
             problems: list[str] = []
             with trio.move_on_after(CASE_BOUND) as scope:
@@ -397,7 +427,14 @@ async def test_every_malformed_frame_class_against_the_gateway() -> None:
                 problems.append(f"no answer within {CASE_BOUND} s")
             if not await settle(lambda: d.server.connection_count == 1):
                 problems.append(f"{d.server.connection_count - 1} extra gateway connections open")
-            problems += await leftovers(d)
+            if not await settle(lambda: open_sockets(d.server.port) == gateway_sockets):
+                extra = open_sockets(d.server.port) - gateway_sockets
+                problems.append(f"{extra} extra gateway sockets open")
+            problems += await leftovers(d, sockets=False)
+            # A bad frame is the client's fault, not the gateway's: no traceback at ERROR.
+            if any(r.levelno >= logging.ERROR and r.exc_info for r in caplog.records):
+                problems.append("a traceback was logged at ERROR")
+            caplog.clear()
             if problems:
                 failures[label] = problems
         # The gateway still serves the client it had all along, and a fresh one.

@@ -60,8 +60,11 @@ async def _exchange(port: int, data: bytes, *, limit: int = 1 << 20) -> bytes:
     return bytes(received)
 
 
-def _h11_read(data: bytes, *, http_method: str = "POST") -> list[Any]:
-    """Parse a response with h11 as a client; return its events (or raise its error)."""
+def _h11_read(data: bytes, *, http_method: str = "POST", partial: bool = False) -> list[Any]:
+    """Parse a response with h11 as a client; return its events (or raise its error).
+
+    With `partial`, `data` is a prefix of an endless response: stop where it ends.
+    """
     conn = h11.Connection(h11.CLIENT)
     conn.send(
         h11.Request(
@@ -74,6 +77,8 @@ def _h11_read(data: bytes, *, http_method: str = "POST") -> list[Any]:
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
+            if partial:
+                return events
             conn.receive_data(b"")
             continue
         if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
@@ -272,6 +277,15 @@ async def test_blank_line_flood_is_blank_lines_forever() -> None:
     head, _, body = data.partition(b"\r\n\r\n")
     assert b"transfer-encoding: chunked" in head
     assert body.count(b"\n") > 900_000
+
+
+async def test_comment_flood_sends_one_event_then_only_comments() -> None:
+    data = await _serve("comment-flood", _request(), limit=1 << 20)
+    events = _h11_read(data, partial=True)
+    body = b"".join(e.data for e in events if isinstance(e, h11.Data))
+    first, _, rest = body.partition(b"\n\n")
+    assert first.startswith(b"data: {")
+    assert rest.count(b": keep-alive\n\n") > 50_000 and b"data:" not in rest
 
 
 async def test_a_misbehaviour_can_be_one_item_of_a_script_queue() -> None:

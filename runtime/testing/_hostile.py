@@ -367,6 +367,16 @@ def _blank_line_flood() -> Serve:
     return serve
 
 
+def _comment_flood() -> Serve:
+    async def serve(stream: trio.abc.Stream, request: RecordedRequest) -> Outcome:
+        encoder = H11Response()
+        await stream.send_all(_sse_head(encoder) + encoder.data(_events(request)[0]))
+        comments = b": keep-alive\n\n" * (_WRITE_BYTES // 14)
+        return await _forever(stream, encoder.data(comments))
+
+    return serve
+
+
 def _giant_deltas(*, count: int = 8, delta_bytes: int = 300_000) -> Serve:
     parts = tuple(chr(ord("a") + i % 26) * delta_bytes for i in range(count))
 
@@ -474,6 +484,12 @@ MISBEHAVIOURS: Final[Mapping[str, Misbehaviour]] = dict(
             "an SSE body of empty lines forever",
             "PROTOCOL",
             _blank_line_flood,
+        ),
+        _entry(
+            "comment-flood",
+            "one event, then SSE comments forever, never another event",
+            "PROTOCOL",
+            _comment_flood,
         ),
         _entry(
             "giant-deltas",
