@@ -7,6 +7,10 @@
 
 Scripts (`SSEScript`, `ErrorScript`) say what to send; a route is one
 script, a sequence of scripts consumed in order, or a router function.
+`hostile(name)` is a script committing one of the named misbehaviours in
+`MISBEHAVIOURS` (endless heads, gzip bombs, echoed keys, resets, ...), for
+testing that a host survives a hostile upstream. Requests are parsed and
+well-formed responses framed by h11, not by llmrt's own HTTP codec.
 `Upstream` records every request and connection and lets a test wait for a
 connection to close, which is how an abort is proved to reach the socket.
 """
@@ -19,11 +23,16 @@ from ._events import openai_events as openai_events
 from ._events import sse_comment as sse_comment
 from ._events import sse_data as sse_data
 from ._events import sse_event as sse_event
+from ._hostile import MISBEHAVIOURS as MISBEHAVIOURS
+from ._hostile import SECRET_PHRASINGS as SECRET_PHRASINGS
+from ._hostile import Misbehaviour as Misbehaviour
+from ._hostile import hostile as hostile
 from ._records import ConnectionRecord as ConnectionRecord
 from ._records import Headers as Headers
 from ._records import RecordedRequest as RecordedRequest
 from ._scripts import ErrorScript as ErrorScript
 from ._scripts import EventLike as EventLike
+from ._scripts import HostileScript as HostileScript
 from ._scripts import Script as Script
 from ._scripts import SSEScript as SSEScript
 from ._scripts import split_events as split_events
@@ -43,7 +52,11 @@ __all__ = [
     "ErrorScript",
     "EventLike",
     "Headers",
+    "HostileScript",
+    "MISBEHAVIOURS",
+    "Misbehaviour",
     "RecordedRequest",
+    "SECRET_PHRASINGS",
     "Route",
     "Router",
     "SSEScript",
@@ -53,6 +66,7 @@ __all__ = [
     "open_upstream",
     "openai_events",
     "serve_upstream",
+    "hostile",
     "split_events",
     "sse_comment",
     "sse_data",

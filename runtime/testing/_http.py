@@ -1,13 +1,20 @@
-"""HTTP/1.1 server-side framing without I/O: an incremental request parser and response heads.
+"""HTTP/1.1 server-side framing without I/O, on h11: a request parser and response encoders.
 
-The parser takes bytes as they arrive (`RequestParser.feed`) and hands back
-whole requests, in order, or one `BadRequest` after which it accepts nothing
-more (the connection is answered and closed). Bodies are read by
-``Content-Length`` or ``Transfer-Encoding: chunked``; head and body sizes are
-bounded. It is strict where leniency would let a request be read two ways
-(both ``Content-Length`` and ``Transfer-Encoding``; conflicting lengths; header
-folding) and lenient where clients differ harmlessly (bare LF line ends,
-blank lines before a request line).
+The local upstream exists to test HTTP clients, llmrt's own codec among them,
+so its framing is not written by the same hand as theirs: requests are parsed
+and well-formed responses are encoded by h11. On top of h11 the parser adds
+the bounds and strictness a test server wants: a bounded head (431) and body
+(413), HTTP/1.x only (505), and a refusal of requests that could be read two
+ways (both ``Content-Length`` and ``Transfer-Encoding``; folded header lines).
+One leniency: an HTTP/1.1 request without ``Host`` is accepted (raw-socket
+tests rarely send one); the parser gives h11 an empty one and leaves it out of
+the parsed headers.
+
+`RequestParser.feed` takes bytes as they arrive and hands back whole requests,
+in order, or one `BadRequest` after which it accepts nothing more (the
+connection is answered and closed). `raw_response_head` encodes a head by hand,
+exactly as given, for responses h11 would refuse to produce (broken framing,
+hostile peers).
 """
 
 from __future__ import annotations
@@ -17,24 +24,26 @@ import re
 from typing import Final
 
 import attrs
+import h11
 
 __all__ = [
     "BadRequest",
+    "H11Response",
     "ParsedRequest",
+    "RequestHead",
     "RequestParser",
+    "raw_response_head",
     "reason_phrase",
     "response_head",
 ]
 
 DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
 DEFAULT_MAX_BODY_BYTES: Final = 16 * 1024 * 1024
-_MAX_CHUNK_LINE: Final = 4096
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _VERSION = re.compile(rb"HTTP/(\d)\.(\d)")
-_HEX = re.compile(rb"[0-9A-Fa-f]+")
-_CTL = re.compile(rb"[\x00-\x20\x7f]")
+_HOST_LINE = re.compile(rb"\nhost[ \t]*:", re.IGNORECASE)
+_FOLDED = re.compile(rb"\n[ \t]")
 
 # Status codes providers use that `http.HTTPStatus` does not name.
 _EXTRA_REASONS: Final = {529: "Site Overloaded"}
@@ -53,6 +62,16 @@ class ParsedRequest:
 
 
 @attrs.frozen
+class RequestHead:
+    """A request's head, reported before its body when the parser is asked to (`report_heads`)."""
+
+    method: str
+    target: str
+    version: str
+    headers: tuple[tuple[str, str], ...]
+
+
+@attrs.frozen
 class BadRequest:
     """Why the bytes are not a request; the connection answers `status` and closes."""
 
@@ -68,12 +87,65 @@ def reason_phrase(status: int) -> str:
         return _EXTRA_REASONS.get(status, "Unknown")
 
 
-def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
-    """Encode a status line and header lines, ending in the blank line."""
-    lines = [f"HTTP/1.1 {status} {reason_phrase(status)}\r\n"]
+def raw_response_head(
+    status: int, headers: list[tuple[str, str]], reason: str | None = None
+) -> bytes:
+    """Encode a status line and header lines by hand, exactly as given, ending in the blank line.
+
+    For output h11 refuses to produce: framing headers that lie, 1xx heads
+    with bodies, hostile peers. Values are sent as latin-1, unchecked.
+    """
+    phrase = reason_phrase(status) if reason is None else reason
+    lines = [f"HTTP/1.1 {status} {phrase}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in headers)
     lines.append("\r\n")
     return "".join(lines).encode("latin-1")
+
+
+class H11Response:
+    """Encode one response with h11, as a server answering an HTTP/1.1 (or 1.0) request.
+
+    h11 adds or corrects framing headers itself: without ``Content-Length``
+    an HTTP/1.1 response is chunked, an HTTP/1.0 one close-delimited. Each
+    method returns the bytes to send; h11 raises `h11.LocalProtocolError` for
+    anything it will not produce.
+    """
+
+    def __init__(self, *, http10: bool = False) -> None:
+        self._conn = h11.Connection(h11.SERVER)
+        version = b"1.0" if http10 else b"1.1"
+        # h11 frames a response by the request it answers: feed it one.
+        self._conn.receive_data(b"GET / HTTP/" + version + b"\r\nHost: upstream\r\n\r\n")
+        while self._conn.next_event() not in (h11.NEED_DATA, h11.PAUSED):
+            pass
+
+    def head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        event = h11.Response(
+            status_code=status, headers=headers, reason=reason_phrase(status).encode("latin-1")
+        )
+        return self._send(event)
+
+    def informational(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        event = h11.InformationalResponse(
+            status_code=status, headers=headers, reason=reason_phrase(status).encode("latin-1")
+        )
+        return self._send(event)
+
+    def data(self, data: bytes) -> bytes:
+        return self._send(h11.Data(data=data))
+
+    def end(self) -> bytes:
+        return self._send(h11.EndOfMessage())
+
+    def _send(self, event: h11.Event) -> bytes:
+        out = self._conn.send(event)
+        assert out is not None  # only ConnectionClosed sends nothing
+        return out
+
+
+def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """Encode a head with h11 (answering HTTP/1.1); raises `h11.LocalProtocolError` if invalid."""
+    return H11Response().head(status, headers)
 
 
 class _Bad(Exception):
@@ -85,83 +157,15 @@ class _Bad(Exception):
         self.reason = reason
 
 
-@attrs.frozen
-class _Head:
-    method: str
-    target: str
-    version: str
-    headers: tuple[tuple[str, str], ...]
-    keep_alive: bool
-    content_length: int | None
-    chunked: bool
-
-
-def _parse_head(raw: bytes) -> _Head:
-    lines = [line.removesuffix(b"\r") for line in raw.split(b"\n")]
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        raise _Bad(400, "malformed request line")
-    method, target, version = parts
-    if not _TOKEN.fullmatch(method):
-        raise _Bad(400, "malformed method")
-    if not target or _CTL.search(target) or not target.isascii():
-        raise _Bad(400, "malformed request target")
-    match = _VERSION.fullmatch(version)
-    if match is None:
-        raise _Bad(400, "malformed HTTP version")
-    if match.group(1) != b"1":
-        raise _Bad(505, "HTTP version not supported")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        # A name with surrounding whitespace, or a folded continuation line,
-        # is rejected: RFC 9112 says so, and it is how requests get smuggled.
-        if not sep or not _TOKEN.fullmatch(name):
-            raise _Bad(400, "malformed header line")
-        headers.append((name.decode("ascii").lower(), value.strip(b" \t").decode("latin-1")))
-    return _head_of(method.decode("ascii"), target.decode("ascii"), version.decode(), headers)
-
-
-def _head_of(method: str, target: str, version: str, headers: list[tuple[str, str]]) -> _Head:
-    lengths: set[str] = set()
-    codings: list[str] = []
-    connection: set[str] = set()
-    for name, value in headers:
-        if name == "content-length":
-            lengths.update(v.strip() for v in value.split(","))
-        elif name == "transfer-encoding":
-            codings.extend(v.strip().lower() for v in value.split(",") if v.strip())
-        elif name == "connection":
-            connection.update(v.strip().lower() for v in value.split(","))
-    if lengths and codings:
-        raise _Bad(400, "both Content-Length and Transfer-Encoding")
-    content_length: int | None = None
-    if lengths:
-        if len(lengths) != 1 or not next(iter(lengths)).isdigit():
-            raise _Bad(400, "bad Content-Length")
-        content_length = int(next(iter(lengths)))
-    if codings and codings[-1] != "chunked":
-        raise _Bad(400, "unsupported Transfer-Encoding")
-    # HTTP/1.1 keeps connections open unless told; HTTP/1.0 closes unless told.
-    keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-    return _Head(
-        method=method,
-        target=target,
-        version=version,
-        headers=tuple(headers),
-        keep_alive=keep_alive,
-        content_length=content_length,
-        chunked=bool(codings),
-    )
-
-
 class RequestParser:
-    """Incremental HTTP/1.1 request parser for one connection.
+    """Incremental HTTP/1.1 request parser for one connection, on h11.
 
     `feed` returns the requests completed by the new bytes. After it returns a
-    `BadRequest`, the parser is dead and returns nothing more.
+    `BadRequest`, the parser is dead and returns nothing more. With
+    `report_heads`, each request's `RequestHead` comes first, as soon as the
+    head is read (a server can answer before the body). Each request
+    gets a fresh `h11.Connection`; the bytes after one request (pipelining)
+    carry over to the next.
     """
 
     def __init__(
@@ -169,126 +173,144 @@ class RequestParser:
         *,
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        report_heads: bool = False,
     ) -> None:
+        self._report_heads = report_heads
         self._max_header = max_header_bytes
         self._max_body = max_body_bytes
+        # Bytes not yet given to h11: the start of the next request's head.
         self._buf = bytearray()
-        self._head: _Head | None = None
+        self._conn: h11.Connection | None = None
+        self._request: h11.Request | None = None
+        self._added_host = False
         self._body = bytearray()
-        # In chunked mode: bytes still to read of the current chunk, or None
-        # while a chunk-size line is expected; `_trailers` once the last chunk came.
-        self._chunk_left: int | None = None
-        self._trailers = False
         self._dead = False
 
     @property
     def idle(self) -> bool:
         """True when no partial request is buffered (a clean place for the client to close)."""
-        return not self._buf and self._head is None
+        return not self._buf and self._conn is None
 
-    def feed(self, data: bytes) -> list[ParsedRequest | BadRequest]:
+    def feed(self, data: bytes) -> list[ParsedRequest | RequestHead | BadRequest]:
         """Add received bytes; return the requests (or the one failure) they complete."""
         if self._dead:
             return []
-        self._buf += data
-        out: list[ParsedRequest | BadRequest] = []
+        out: list[ParsedRequest | RequestHead | BadRequest] = []
         try:
+            if self._conn is None:
+                self._buf += data
+            else:
+                self._conn.receive_data(data)
             while (item := self._step()) is not None:
                 out.append(item)
         except _Bad as bad:
-            self._dead = True
-            self._buf.clear()
+            self._die()
             out.append(BadRequest(bad.status, bad.reason))
+        except h11.RemoteProtocolError as exc:
+            self._die()
+            out.append(BadRequest(exc.error_status_hint, str(exc)))
         return out
 
-    def _step(self) -> ParsedRequest | None:
-        if self._head is None:
-            # Clients may send stray CRLFs between requests (RFC 9112 §2.2).
-            while self._buf[:2] == b"\r\n" or self._buf[:1] == b"\n":
-                del self._buf[: 2 if self._buf[:1] == b"\r" else 1]
-            match = _HEAD_END.search(self._buf)
-            if match is None:
-                if len(self._buf) > self._max_header:
-                    raise _Bad(431, "request head too large")
-                return None
-            if match.start() > self._max_header:
+    def _die(self) -> None:
+        self._dead = True
+        self._buf.clear()
+        self._conn = None
+
+    def _start(self) -> bool:
+        """Find the next head in the buffer and hand it to a fresh h11 connection."""
+        # Clients may send stray CRLFs between requests (RFC 9112 section 2.2).
+        while self._buf[:2] == b"\r\n" or self._buf[:1] == b"\n":
+            del self._buf[: 2 if self._buf[:1] == b"\r" else 1]
+        match = _HEAD_END.search(self._buf)
+        if match is None:
+            if len(self._buf) > self._max_header:
                 raise _Bad(431, "request head too large")
-            raw = bytes(self._buf[: match.start()])
-            del self._buf[: match.end()]
-            self._head = _parse_head(raw)
-            if self._head.content_length is not None and (
-                self._head.content_length > self._max_body
-            ):
-                raise _Bad(413, "request body too large")
-        head = self._head
-        if head.chunked:
-            if not self._read_chunked():
-                return None
-        elif head.content_length:
-            if len(self._buf) < head.content_length:
-                return None
-            self._body += self._buf[: head.content_length]
-            del self._buf[: head.content_length]
-        request = ParsedRequest(
-            method=head.method,
-            target=head.target,
-            version=head.version,
-            headers=head.headers,
-            body=bytes(self._body),
-            keep_alive=head.keep_alive,
-        )
-        self._head = None
-        self._body.clear()
-        return request
+            return False
+        if match.start() > self._max_header:
+            raise _Bad(431, "request head too large")
+        head = bytes(self._buf[: match.start()])
+        rest = bytes(self._buf[match.start() :])
+        self._buf.clear()
+        first, _, _ = head.partition(b"\n")
+        version = _VERSION.search(first)
+        if version is not None and version.group(1) != b"1":
+            raise _Bad(505, "HTTP version not supported")
+        # A folded continuation line is how requests get smuggled; h11 would unfold it.
+        if _FOLDED.search(head):
+            raise _Bad(400, "malformed header line")
+        self._added_host = first.rstrip(b"\r").endswith(b"HTTP/1.1") and not _HOST_LINE.search(head)
+        if self._added_host:
+            head += b"\r\nHost: "
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._max_header)
+        self._conn.receive_data(head + rest)
+        return True
 
-    def _read_line(self) -> bytes | None:
-        end = self._buf.find(b"\n")
-        if end < 0:
-            if len(self._buf) > _MAX_CHUNK_LINE:
-                raise _Bad(400, "chunk line too long")
+    def _step(self) -> ParsedRequest | RequestHead | None:
+        if self._conn is None and not self._start():
             return None
-        line = bytes(self._buf[:end]).removesuffix(b"\r")
-        del self._buf[: end + 1]
-        return line
-
-    def _read_chunked(self) -> bool:
-        """Consume chunked body bytes; True once the body and its trailers are complete."""
+        conn = self._conn
+        assert conn is not None
         while True:
-            if self._trailers:
-                line = self._read_line()
-                if line is None:
-                    return False
-                if not line:
-                    self._trailers = False
-                    self._chunk_left = None
-                    return True
-                continue
-            if self._chunk_left is None:
-                line = self._read_line()
-                if line is None:
-                    return False
-                size = line.split(b";", 1)[0].strip(b" \t")
-                if not _HEX.fullmatch(size):
-                    raise _Bad(400, "bad chunk size")
-                n = int(size, 16)
-                if len(self._body) + n > self._max_body:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                return None
+            if isinstance(event, h11.Request):
+                self._on_request(event)
+                if self._report_heads:
+                    return RequestHead(
+                        method=event.method.decode("ascii"),
+                        target=event.target.decode("ascii"),
+                        version="HTTP/" + event.http_version.decode("ascii"),
+                        headers=self._headers(event),
+                    )
+            elif isinstance(event, h11.Data):
+                self._body += event.data
+                if len(self._body) > self._max_body:
                     raise _Bad(413, "request body too large")
-                if n == 0:
-                    self._trailers = True
-                    continue
-                self._chunk_left = n
-            # Chunk data then its line end.
-            need = self._chunk_left
-            if len(self._buf) < need + 1:
-                return False
-            if self._buf[need : need + 2] == b"\r\n":
-                end = need + 2
-            elif self._buf[need : need + 1] == b"\n":
-                end = need + 1
-            elif self._buf[need : need + 1] == b"\r" and len(self._buf) == need + 1:
-                return False
-            else:
-                raise _Bad(400, "chunk data not followed by a line end")
-            self._body += self._buf[:need]
-            del self._buf[:end]
-            self._chunk_left = None
+            elif isinstance(event, h11.EndOfMessage):
+                return self._finish(conn)
+            else:  # pragma: no cover - h11 yields nothing else for a request
+                raise _Bad(400, f"unexpected {type(event).__name__}")
+
+    def _on_request(self, event: h11.Request) -> None:
+        names = [name for name, _ in event.headers]
+        if b"content-length" in names and b"transfer-encoding" in names:
+            raise _Bad(400, "both Content-Length and Transfer-Encoding")
+        for name, value in event.headers:
+            if name == b"content-length" and int(value) > self._max_body:
+                raise _Bad(413, "request body too large")
+        self._request = event
+
+    def _headers(self, request: h11.Request) -> tuple[tuple[str, str], ...]:
+        headers = [(n.decode("ascii"), v.decode("latin-1")) for n, v in request.headers]
+        if self._added_host:
+            headers = [h for h in headers if h[0] != "host"]
+        return tuple(headers)
+
+    def _finish(self, conn: h11.Connection) -> ParsedRequest:
+        request = self._request
+        assert request is not None
+        headers = self._headers(request)
+        tokens = {
+            t.strip().lower()
+            for name, value in headers
+            if name == "connection"
+            for t in value.split(",")
+        }
+        version = request.http_version.decode("ascii")
+        # HTTP/1.1 keeps connections open unless told; HTTP/1.0 closes unless told.
+        keep_alive = "close" not in tokens if version == "1.1" else "keep-alive" in tokens
+        parsed = ParsedRequest(
+            method=request.method.decode("ascii"),
+            target=request.target.decode("ascii"),
+            version=f"HTTP/{version}",
+            headers=headers,
+            body=bytes(self._body),
+            keep_alive=keep_alive,
+        )
+        # What h11 read past this request is the start of the next one.
+        self._buf += conn.trailing_data[0]
+        self._conn = None
+        self._request = None
+        self._body.clear()
+        return parsed

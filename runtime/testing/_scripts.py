@@ -2,7 +2,11 @@
 
 A script is compiled once, at construction, into a `ResponsePlan`: the
 encoded response heads, the body already cut into the writes the server
-makes (with chunked framing applied), and how the response ends. Serving a
+makes (with chunked framing applied), and how the response ends. Heads and
+framing are encoded by h11, so clients are tested against an HTTP codec other
+than their own; a script whose headers replace a framing header
+(``content-length``, ``transfer-encoding``), or that h11 refuses to encode,
+is sent exactly as written instead (`ResponsePlan.encoder` says which). Serving a
 script is then a few `send_all` calls and sleeps, with no per-event Python
 work, so thousands of concurrent streams can share one script.
 """
@@ -13,17 +17,22 @@ import enum
 import math
 import os
 import pathlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
+import h11
 import msgspec
+import trio
 
-from ._http import response_head
+from ._http import H11Response, raw_response_head
+from ._records import RecordedRequest
 
 __all__ = [
-    "ErrorScript",
     "Ending",
+    "ErrorScript",
+    "HostileScript",
+    "Outcome",
     "EventLike",
     "HeadersLike",
     "ResponsePlan",
@@ -110,6 +119,8 @@ class ResponsePlan:
     reset: bool
     #: The body is delimited by closing the connection, so it is never reused.
     always_close: bool
+    #: Who encoded heads and framing: h11, or by hand (framing the script set itself).
+    encoder: Literal["h11", "raw"] = "h11"
 
 
 def _merge_headers(
@@ -121,15 +132,12 @@ def _merge_headers(
     return [h for h in defaults if h[0].lower() not in given] + list(script)
 
 
-def _heads(
-    status: int, defaults: list[tuple[str, str]], script: tuple[tuple[str, str], ...], close: bool
-) -> tuple[bytes, bytes]:
-    def head(connection: str) -> bytes:
-        return response_head(
-            status, _merge_headers([*defaults, ("connection", connection)], script)
-        )
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
 
-    return (head("close") if close else head("keep-alive")), head("close")
+
+def _frames_by_hand(script: tuple[tuple[str, str], ...]) -> bool:
+    """True when the script sets its own framing: h11 would correct it, so it is sent as given."""
+    return any(name.lower() in _FRAMING for name, _ in script)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -149,6 +157,57 @@ def _coalesce(events: Sequence[bytes]) -> list[bytes]:
     if group:
         out.append(b"".join(group))
     return out
+
+
+@attrs.frozen
+class _Encoded:
+    head_keep_alive: bytes
+    head_close: bytes
+    writes: tuple[bytes, ...]
+    encoder: Literal["h11", "raw"]
+
+
+def _encode(
+    status: int,
+    defaults: list[tuple[str, str]],
+    script: tuple[tuple[str, str], ...],
+    pieces: Sequence[bytes],
+    *,
+    chunked: bool,
+    complete: bool,
+    close_delimited: bool,
+) -> _Encoded:
+    """Encode the heads (keep-alive and close) and body writes, with h11 unless told otherwise.
+
+    h11 frames a response with no length as chunked for an HTTP/1.1 peer and
+    as close-delimited for an HTTP/1.0 one, so a close-delimited body is
+    encoded as the answer to an HTTP/1.0 request.
+    """
+    heads = [
+        _merge_headers([*defaults, ("connection", value)], script)
+        for value in ("close" if close_delimited else "keep-alive", "close")
+    ]
+    if not _frames_by_hand(script):
+        try:
+            body = H11Response(http10=close_delimited)
+            keep_alive = body.head(status, heads[0])
+            close = H11Response(http10=close_delimited).head(status, heads[1])
+            writes = [body.data(p) if p else b"" for p in pieces]
+            if complete and (end := body.end()):
+                # The terminal chunk rides on the last write: no delay precedes it.
+                writes = [*writes[:-1], writes[-1] + end] if writes else [end]
+            return _Encoded(keep_alive, close, tuple(writes), "h11")
+        except h11.LocalProtocolError:
+            pass  # e.g. a 1xx or 204 with a body: h11 will not say it, so say it by hand
+    writes = [_chunk(p) for p in pieces] if chunked else list(pieces)
+    if chunked and complete:
+        writes = [*writes[:-1], writes[-1] + b"0\r\n\r\n"] if writes else [b"0\r\n\r\n"]
+    return _Encoded(
+        raw_response_head(status, heads[0]),
+        raw_response_head(status, heads[1]),
+        tuple(writes),
+        "raw",
+    )
 
 
 def _check_delay(name: str, value: float, *, allow_inf: bool = False) -> None:
@@ -247,24 +306,25 @@ class SSEScript:
         elif not self.close_delimited:
             defaults.append(("content-length", str(sum(map(len, self.events)))))
         pieces = list(sent) if self.delay > 0 else _coalesce(sent)
-        if self.chunked:
-            pieces = [_chunk(p) for p in pieces]
-            if ending is Ending.COMPLETE:
-                # The terminal chunk rides on the last write (there is no delay before it).
-                if pieces:
-                    pieces[-1] += b"0\r\n\r\n"
-                else:
-                    pieces = [b"0\r\n\r\n"]
-        keep_alive, close = _heads(self.status, defaults, self.headers, self.close_delimited)
+        encoded = _encode(
+            self.status,
+            defaults,
+            self.headers,
+            pieces,
+            chunked=self.chunked,
+            complete=ending is Ending.COMPLETE,
+            close_delimited=self.close_delimited,
+        )
         return ResponsePlan(
-            head_keep_alive=keep_alive,
-            head_close=close,
+            head_keep_alive=encoded.head_keep_alive,
+            head_close=encoded.head_close,
             first_byte_delay=self.first_byte_delay,
             delay=self.delay,
-            writes=tuple(pieces),
+            writes=encoded.writes,
             ending=ending,
             reset=self.reset,
             always_close=self.close_delimited,
+            encoder=encoded.encoder,
         )
 
 
@@ -309,16 +369,25 @@ class ErrorScript:
             ("content-type", _sniff_content_type(self.body)),
             ("content-length", str(len(self.body))),
         ]
-        keep_alive, close = _heads(self.status, defaults, self.headers, False)
+        encoded = _encode(
+            self.status,
+            defaults,
+            self.headers,
+            [self.body],
+            chunked=False,
+            complete=True,
+            close_delimited=False,
+        )
         plan = ResponsePlan(
-            head_keep_alive=keep_alive,
-            head_close=close,
+            head_keep_alive=encoded.head_keep_alive,
+            head_close=encoded.head_close,
             first_byte_delay=self.first_byte_delay,
             delay=0.0,
-            writes=(self.body,) if self.body else (),
+            writes=encoded.writes,
             ending=Ending.COMPLETE,
             reset=False,
             always_close=False,
+            encoder=encoded.encoder,
         )
         object.__setattr__(self, "_plan", plan)
 
@@ -328,5 +397,31 @@ class ErrorScript:
         return self._plan
 
 
+#: How a hostile script leaves the connection once it has done its worst.
+Outcome: TypeAlias = Literal["keep-alive", "close", "reset"]
+
+
+@attrs.frozen
+class HostileScript:
+    """A named misbehaviour: a response sent by its own code, raw bytes or h11 as it needs.
+
+    Built by `llmrt.testing.hostile`; see `MISBEHAVIOURS` for the catalogue.
+    `serve(stream, request)` writes the response and says how the connection
+    ends: ``"keep-alive"`` (offer it for another request), ``"close"`` (FIN;
+    closing with unread input makes the kernel send an RST), ``"reset"``
+    (RST). A script that never ends returns once the client leaves (the
+    server cancels it). With `at_head`, the script answers as soon as the
+    request head is read, before the body, and the connection stops reading;
+    this works for a static route or a script queue (a router only sees whole
+    requests).
+    """
+
+    name: str
+    serve: Callable[[trio.abc.Stream, RecordedRequest], Awaitable[Outcome]] = attrs.field(
+        repr=False
+    )
+    at_head: bool = False
+
+
 #: Anything the server can answer a request with.
-Script: TypeAlias = SSEScript | ErrorScript
+Script: TypeAlias = SSEScript | ErrorScript | HostileScript

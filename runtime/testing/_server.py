@@ -3,7 +3,8 @@
 Each client connection runs as two tasks under the server's nursery: a
 reader that parses requests and notices the client leaving (EOF or reset) at
 once, even while a response is stalled or sleeping, and a responder that
-answers requests one after another by sending a script's compiled plan.
+answers requests one after another by sending a script's compiled plan (or,
+for a hostile script, by running its own code). Requests are parsed by h11.
 Whatever goes wrong on one connection is recorded on it and ends only it.
 """
 
@@ -18,7 +19,7 @@ import struct
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, NoReturn, TypeAlias
+from typing import Final, NoReturn, TypeAlias, assert_never
 
 import attrs
 import trio
@@ -28,11 +29,12 @@ from ._http import (
     DEFAULT_MAX_HEADER_BYTES,
     BadRequest,
     ParsedRequest,
+    RequestHead,
     RequestParser,
     response_head,
 )
 from ._records import ConnectionRecord, Headers, RecordedRequest
-from ._scripts import Ending, ErrorScript, Script, SSEScript
+from ._scripts import Ending, ErrorScript, HostileScript, Script, SSEScript
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -68,12 +70,16 @@ _LINGER_SECONDS: Final = 1.0
 _NOT_FOUND: Final = ErrorScript(404, body={"error": {"message": "not found", "type": "not_found"}})
 _EXHAUSTED: Final = ErrorScript(500, body=b"llmrt.testing: the script queue is exhausted\n")
 _ROUTER_FAILED: Final = ErrorScript(500, body=b"llmrt.testing: the router raised\n")
+_STATIC: Final = (SSEScript, ErrorScript, HostileScript)
 
 
 class _Next(enum.Enum):
     CONTINUE = "continue"
     CLOSE = "close"
     RESET = "reset"
+
+
+_Item: TypeAlias = ParsedRequest | RequestHead | BadRequest
 
 
 def _openai_models(models: Sequence[str]) -> ErrorScript:
@@ -137,7 +143,7 @@ class Upstream:
         """Answer later requests from `route` (a script, a sequence consumed in order, a router)."""
         self._route = route
         self._queue = collections.deque()
-        if not isinstance(route, SSEScript | ErrorScript) and not callable(route):
+        if not isinstance(route, _STATIC) and not callable(route):
             self._queue.extend(route)
 
     async def wait_request(self, n: int = 0) -> RecordedRequest:
@@ -170,13 +176,30 @@ class Upstream:
         self._changed.set()
         self._changed = trio.Event()
 
+    def _early(self, head: RequestHead) -> HostileScript | None:
+        """The hostile script that answers `head` before its body, if the route has one next."""
+        route = self._route
+        if callable(route) and not isinstance(route, _STATIC):
+            return None  # a router decides on whole requests only
+        path = urllib.parse.urlsplit(head.target).path or head.target
+        if self._script_paths is not None and not (
+            head.method == "POST" and path in self._script_paths
+        ):
+            return None
+        script = route if isinstance(route, _STATIC) else (self._queue[0] if self._queue else None)
+        if isinstance(script, HostileScript) and script.at_head:
+            if not isinstance(route, _STATIC):
+                self._queue.popleft()
+            return script
+        return None
+
     def _pick(self, request: RecordedRequest) -> Script:
         route = self._route
-        if isinstance(route, SSEScript | ErrorScript) or not callable(route):
+        if isinstance(route, _STATIC) or not callable(route):
             if self._script_paths is None or (
                 request.method == "POST" and request.path in self._script_paths
             ):
-                if isinstance(route, SSEScript | ErrorScript):
+                if isinstance(route, _STATIC):
                     return route
                 return self._queue.popleft() if self._queue else _EXHAUSTED
         else:
@@ -231,11 +254,11 @@ class Upstream:
             self._notify()
 
     async def _converse(self, stream: trio.abc.Stream, record: ConnectionRecord) -> _Next:
-        send, receive = trio.open_memory_channel[ParsedRequest | BadRequest](_PIPELINE_DEPTH)
+        send, receive = trio.open_memory_channel[_Item](_PIPELINE_DEPTH)
         reader_done = trio.Event()
         next_ = _Next.CLOSE
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(
+            reader: trio.CancelScope = await nursery.start(
                 self._read_loop, stream, record, send, nursery.cancel_scope, reader_done
             )
             async with receive:
@@ -244,6 +267,16 @@ class Upstream:
                         await self._reject(stream, item)
                         with trio.move_on_after(_LINGER_SECONDS):
                             await reader_done.wait()
+                        break
+                    if isinstance(item, RequestHead):
+                        early = self._early(item)
+                        if early is None:
+                            continue
+                        # Stop reading: the client is left writing a body nobody reads.
+                        reader.cancel()
+                        next_ = await self._run_hostile(
+                            stream, record, early, self._record(record, item), False
+                        )
                         break
                     next_ = await self._respond(stream, record, item)
                     if next_ is not _Next.CONTINUE:
@@ -255,34 +288,41 @@ class Upstream:
         self,
         stream: trio.abc.Stream,
         record: ConnectionRecord,
-        send: trio.MemorySendChannel[ParsedRequest | BadRequest],
+        send: trio.MemorySendChannel[_Item],
         scope: trio.CancelScope,
         done: trio.Event,
+        task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         parser = RequestParser(
-            max_header_bytes=self._max_header_bytes, max_body_bytes=self._max_body_bytes
+            max_header_bytes=self._max_header_bytes,
+            max_body_bytes=self._max_body_bytes,
+            report_heads=True,
         )
         try:
-            async with send:
-                while True:
-                    try:
-                        data = await stream.receive_some(_RECEIVE_BYTES)
-                    except trio.BrokenResourceError:
-                        data = b""
-                    if not data:
-                        # The client left: stop whatever is being sent to it now.
-                        record.mark_closed("client")
-                        scope.cancel()
-                        return
-                    for item in parser.feed(bytes(data)):
+            with trio.CancelScope() as own:
+                task_status.started(own)
+                async with send:
+                    while True:
                         try:
-                            await send.send(item)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            return  # the responder has finished with this connection
+                            data = await stream.receive_some(_RECEIVE_BYTES)
+                        except trio.BrokenResourceError:
+                            data = b""
+                        if not data:
+                            # The client left: stop whatever is being sent to it now.
+                            record.mark_closed("client")
+                            scope.cancel()
+                            return
+                        for item in parser.feed(bytes(data)):
+                            try:
+                                await send.send(item)
+                            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                                return  # the responder has finished with this connection
         finally:
             done.set()
 
-    def _record(self, record: ConnectionRecord, parsed: ParsedRequest) -> RecordedRequest:
+    def _record(
+        self, record: ConnectionRecord, parsed: ParsedRequest | RequestHead
+    ) -> RecordedRequest:
         split = urllib.parse.urlsplit(parsed.target)
         request = RecordedRequest(
             index=len(self.requests),
@@ -293,7 +333,7 @@ class Upstream:
             query=split.query,
             version=parsed.version,
             headers=Headers(parsed.headers),
-            body=parsed.body,
+            body=parsed.body if isinstance(parsed, ParsedRequest) else b"",
             received_at=trio.current_time(),
         )
         self.requests.append(request)
@@ -304,7 +344,11 @@ class Upstream:
     async def _respond(
         self, stream: trio.abc.Stream, record: ConnectionRecord, parsed: ParsedRequest
     ) -> _Next:
-        plan = self._pick(self._record(record, parsed)).plan
+        request = self._record(record, parsed)
+        script = self._pick(request)
+        if isinstance(script, HostileScript):
+            return await self._run_hostile(stream, record, script, request, parsed.keep_alive)
+        plan = script.plan
         keep_alive = parsed.keep_alive and not plan.always_close
         head = plan.head_keep_alive if keep_alive else plan.head_close
         if plan.first_byte_delay:
@@ -329,6 +373,30 @@ class Upstream:
             return _Next.RESET if plan.reset else _Next.CLOSE
         record.responses_completed += 1
         return _Next.CONTINUE if keep_alive else _Next.CLOSE
+
+    async def _run_hostile(
+        self,
+        stream: trio.abc.Stream,
+        record: ConnectionRecord,
+        script: HostileScript,
+        request: RecordedRequest,
+        keep_alive: bool,
+    ) -> _Next:
+        try:
+            outcome = await script.serve(stream, request)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            record.mark_closed("client")
+            return _Next.CLOSE
+        match outcome:
+            case "keep-alive":
+                record.responses_completed += 1
+                return _Next.CONTINUE if keep_alive else _Next.CLOSE
+            case "close":
+                return _Next.CLOSE
+            case "reset":
+                return _Next.RESET
+            case _:
+                assert_never(outcome)
 
     async def _reject(self, stream: trio.abc.Stream, bad: BadRequest) -> None:
         body = f"{bad.reason}\n".encode()

@@ -1,0 +1,268 @@
+"""Event-loop stalls under a hostile upstream: the worst heartbeat lateness per misbehaviour.
+
+A heartbeat task in the client's trio run sleeps 1 ms again and again and
+notes how late it wakes; the worst lateness (p100) while a call meets one
+misbehaviour of `llmrt.testing.hostile` is how long llmrt held the loop at
+once, i.e. how long every other call in the process was frozen. The same
+figure on a well-behaved stream in the same run is the floor to compare
+with. Target: no stall above 20 ms.
+
+The machine may be shared, and another process taking the core shows up as
+lateness too. So each case runs `REPEATS` times and the figure judged is the
+*smallest* of the per-run worst stalls: a stall llmrt causes happens in every
+run, a neighbour's burst only in some. The largest is reported beside it.
+
+Each misbehaviour is served by its own child process (the local upstream in
+this process, or a thread of it, would compete for the loop or the GIL and
+be measured too). Calls go through `OpenAIChatAdapter` over `TrioTransport`
+in one runtime, directly (no gateway), with a 3 s idle watchdog so that an
+endless misbehaviour a client fails to bound shows up as a TIMEOUT rather
+than a hang. Peak RSS growth per case is read from ``VmHWM`` after resetting
+it (``/proc/self/clear_refs``), so each case's figure is its own.
+
+    python bench/bench_hostile.py [--quick] [--only CASE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+from _common import environment, rss_kib, table, write_json
+
+import llmrt
+from llmrt import Finish, FinishError, FinishStop
+from llmrt.adapters.openai_chat import OpenAIChatAdapter
+
+TARGET_MS = 20.0
+HEARTBEAT_S = 0.001
+IDLE_TIMEOUT = 3.0
+REPEATS = 3
+CASE_BOUND = 20.0
+KEY = "Zq7benchHostileKey0c4e8a"
+
+#: (label, misbehaviour or "well-behaved", options, prompt bytes)
+CASES: list[tuple[str, str, dict[str, Any], int]] = [
+    ("well-behaved", "well-behaved", {}, 2),
+    # The floor for early-413, whose request is as large: building and writing it costs too.
+    ("well-behaved 8 MiB request", "well-behaved", {}, 8 << 20),
+    ("endless-head", "endless-head", {}, 2),
+    ("giant-chunk-size", "giant-chunk-size", {}, 2),
+    ("1xx-flood", "1xx-flood", {}, 2),
+    ("gzip-bomb", "gzip-bomb", {}, 2),
+    *[
+        (f"echo-secrets {p}", "echo-secrets", {"phrasing": p}, 2)
+        for p in ("authorization", "x-api-key", "token", "json", "html-title")
+    ],
+    ("trickle", "trickle", {}, 2),
+    ("reset-mid-body", "reset-mid-body", {}, 2),
+    ("deep-nesting", "deep-nesting", {}, 2),
+    ("stale-keep-alive", "stale-keep-alive", {}, 2),
+    # A body larger than loopback socket buffers, so the 413 meets a blocked write.
+    ("early-413", "early-413", {}, 8 << 20),
+    ("garbage-status", "garbage-status", {}, 2),
+    ("broken-chunked", "broken-chunked", {}, 2),
+    ("blank-line-flood", "blank-line-flood", {}, 2),
+    ("comment-flood", "comment-flood", {}, 2),
+    ("giant-deltas", "giant-deltas", {}, 2),
+]
+
+
+# ---- the child: one upstream ------------------------------------------------------------------
+
+
+async def _serve_child(name: str, options: dict[str, Any]) -> None:
+    from llmrt.testing import SSEScript, hostile, open_upstream, openai_events
+
+    script = (
+        SSEScript(openai_events([f"tok{i} " for i in range(2000)]))
+        if name == "well-behaved"
+        else hostile(name, **options)
+    )
+    async with open_upstream(script) as upstream:
+        print(upstream.port, flush=True)
+        # Serve until the parent closes our stdin.
+        await trio.to_thread.run_sync(sys.stdin.read)
+
+
+@contextmanager
+def upstream_process(name: str, options: dict[str, Any]) -> Iterator[int]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", name, json.dumps(options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline())
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ---- the parent: calls and a heartbeat ---------------------------------------------------------
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _peak_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM line in /proc/self/status")
+
+
+async def heartbeat(worst: list[float], task_status: trio.TaskStatus[None]) -> None:
+    task_status.started()
+    while True:
+        before = time.perf_counter()
+        await trio.sleep(HEARTBEAT_S)
+        late = time.perf_counter() - before - HEARTBEAT_S
+        if late > worst[0]:
+            worst[0] = late
+
+
+def _describe(chunks: list[Any]) -> str:
+    finishes = [c for c in chunks if isinstance(c, Finish)]
+    if len(finishes) != 1:
+        return f"{len(finishes)} finishes"
+    reason = finishes[0].reason
+    if isinstance(reason, FinishStop):
+        return "stop"
+    if isinstance(reason, FinishError):
+        return str(reason.failure.code)
+    return type(reason).__name__
+
+
+async def run_case(
+    rt: llmrt.LlmRuntime, label: str, name: str, options: dict[str, Any], prompt: int
+) -> dict[str, Any]:
+    with upstream_process(name, options) as port:
+        provider = label.replace(" ", "-")
+        adapter = OpenAIChatAdapter(
+            base_url=f"http://127.0.0.1:{port}", api_key_env="K", environ={"K": KEY}
+        )
+        await rt.register_adapter([provider], adapter)
+        request = llmrt.GenerateOptions(
+            provider=provider, model="m", messages=(llmrt.user_message("x" * prompt),)
+        )
+        calls = 2 if name == "stale-keep-alive" else 1  # the second meets the stale connection
+        outcomes: list[str] = []
+        stalls: list[float] = []
+        growths: list[int] = []
+        start = time.perf_counter()
+        for _ in range(REPEATS):
+            worst = [0.0]
+            measured = _reset_peak()
+            rss_before = rss_kib()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(heartbeat, worst)
+                with trio.move_on_after(CASE_BOUND) as scope:
+                    run = []
+                    for _ in range(calls):
+                        async with rt.stream(request) as call:
+                            chunks = [chunk async for chunk in call]
+                        run.append(_describe(chunks))
+                nursery.cancel_scope.cancel()
+            if scope.cancelled_caught:
+                run.append("no finish")
+            outcomes.append("/".join(run))
+            stalls.append(worst[0] * 1000)
+            if measured:
+                growths.append(_peak_kib() - rss_before)
+        return {
+            "misbehaviour": name,
+            "options": options,
+            "prompt_bytes": prompt,
+            "outcome": " | ".join(dict.fromkeys(outcomes)),
+            "worst_stall_ms": min(stalls),
+            "worst_stall_ms_max_over_runs": max(stalls),
+            "worst_stall_ms_runs": stalls,
+            "seconds_per_run": (time.perf_counter() - start) / REPEATS,
+            "peak_rss_growth_kib": max(growths) if growths else None,
+        }
+
+
+async def measure(cases: list[tuple[str, str, dict[str, Any], int]]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    async with llmrt.open_runtime(stream_idle_timeout=IDLE_TIMEOUT) as rt:
+        for label, name, options, prompt in cases:
+            results[label] = await run_case(rt, label, name, options, prompt)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few cases only")
+    parser.add_argument(
+        "--only", action="append", metavar="CASE", help="run this case (and the floors) only"
+    )
+    parser.add_argument("--child", nargs=2, metavar=("NAME", "OPTIONS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        trio.run(_serve_child, args.child[0], json.loads(args.child[1]))
+        return 0
+    cases = CASES[:6] if args.quick else CASES
+    if args.only:
+        cases = [c for c in CASES if c[0] in args.only or c[1] == "well-behaved"]
+    report: dict[str, Any] = {
+        "benchmark": "hostile",
+        "command": "python bench/bench_hostile.py" + (" --quick" if args.quick else ""),
+        "environment": environment(),
+        "target_ms": TARGET_MS,
+        "heartbeat_ms": HEARTBEAT_S * 1000,
+        "repeats": REPEATS,
+        "idle_timeout_s": IDLE_TIMEOUT,
+    }
+    results = trio.run(measure, cases)
+    report["results"] = results
+    rows = []
+    for label, r in results.items():
+        growth = r["peak_rss_growth_kib"]
+        rows.append(
+            [
+                label,
+                r["outcome"],
+                f"{r['worst_stall_ms']:.1f}",
+                f"{r['worst_stall_ms_max_over_runs']:.1f}",
+                "yes" if r["worst_stall_ms"] <= TARGET_MS else "NO",
+                f"{r['seconds_per_run']:.2f}",
+                "" if growth is None else f"{growth / 1024:.1f}",
+            ]
+        )
+    headers = ["case", "finish", "stall ms", "max ms", "<= 20 ms", "s/run", "peak RSS +MiB"]
+    print(table(headers, rows))
+    print(
+        f"stall ms: the smallest of {REPEATS} runs' worst heartbeat lateness (what llmrt"
+        " causes every time); max ms: the largest (machine noise included)."
+    )
+    report["all_within_target"] = all(r["worst_stall_ms"] <= TARGET_MS for r in results.values())
+    if args.only:
+        return 0  # a partial run does not replace the stored figures
+    path = write_json("hostile" + ("-quick" if args.quick else "") + ".json", report)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
