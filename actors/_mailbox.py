@@ -7,6 +7,15 @@ task) and one consumer, so this is a deque, a capacity and at most one
 parked task on each side. Taking or putting an item while the other side is
 not parked is a deque operation; blocking uses trio's low-level parking
 (`wait_task_rescheduled`), so it is cancellable like any trio wait.
+
+The box is bounded twice: by item count (``capacity``) and by the text its
+buffered deltas carry (``max_text``, in characters), so a provider sending
+very large deltas to a slow consumer fills it after a few items, not after
+``capacity`` of them. An item that arrives at an empty box is always taken.
+Only buffered items are weighed (one handed straight to a parked consumer
+costs nothing extra), and the text count is reset when the box drains
+rather than decremented per item: once over the bound, the producer waits
+until the consumer has taken everything, which keeps `take` free of it.
 """
 
 from __future__ import annotations
@@ -16,15 +25,31 @@ from typing import Any
 import outcome
 import trio
 
-__all__ = ["Mailbox"]
+from llmrt import ReasoningDelta, TextDelta, ToolCallDelta
+
+__all__ = ["Mailbox", "MAX_TEXT"]
 
 _Task = trio.lowlevel.Task
 
+#: The default bound on the text buffered in one box: 1 Mi characters (a few
+#: MB at most), far above what a consumer that keeps up ever has waiting.
+MAX_TEXT = 1 << 20
+
 
 class Mailbox:
-    __slots__ = ("_capacity", "_closed", "_getter", "_gone", "_head", "_items", "_putter")
+    __slots__ = (
+        "_capacity",
+        "_closed",
+        "_getter",
+        "_gone",
+        "_head",
+        "_items",
+        "_max_text",
+        "_putter",
+        "_text",
+    )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_text: int = MAX_TEXT) -> None:
         # A list read from ``_head`` and reset once drained: O(1) both ways and far
         # smaller than a deque (600 B empty). Made on first need: while the
         # consumer keeps up, items are handed straight to it.
@@ -37,6 +62,9 @@ class Mailbox:
         self._closed = False
         #: The consumer left: the producer's puts raise BrokenResourceError.
         self._gone = False
+        #: Characters of delta text buffered now, and the bound on them.
+        self._text = 0
+        self._max_text = max_text
 
     # ---- producer side -------------------------------------------------------------------
 
@@ -50,8 +78,21 @@ class Mailbox:
         items = self._items
         if items is None:
             items = self._items = []
-        if len(items) - self._head >= self._capacity or self._gone:
+        buffered = len(items) - self._head
+        if buffered >= self._capacity or self._gone:
             return False
+        # Inline, not a function: this runs for every buffered chunk.
+        cls = type(item)
+        if cls is TextDelta or cls is ReasoningDelta:
+            size = len(item.text)
+        elif cls is ToolCallDelta:
+            size = len(item.arguments_delta)
+        else:
+            size = 0
+        if size:
+            if buffered and self._text + size > self._max_text:
+                return False
+            self._text += size
         items.append(item)
         return True
 
@@ -86,6 +127,7 @@ class Mailbox:
         if self._head == len(items):
             items.clear()
             self._head = 0
+            self._text = 0
         putter = self._putter
         if putter is not None:
             self._putter = None
@@ -124,6 +166,7 @@ class Mailbox:
         self._gone = True
         self._items = None
         self._head = 0
+        self._text = 0
         putter = self._putter
         if putter is not None:
             self._putter = None
