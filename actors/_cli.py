@@ -43,6 +43,7 @@ from llmrt.adapters.openai_chat import PRESETS
 from . import config as configuration
 
 if TYPE_CHECKING:
+    from .gateway import GatewayServer
     from .gateway._snapshot import HistogramValue, StatisticsValue
 
 __all__ = ["main"]
@@ -90,6 +91,29 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"environment variable holding the bearer token (default {DEFAULT_TOKEN_ENV}); "
         "when it is set, clients must present the token. Required beyond loopback.",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N gateway processes sharing the port (SO_REUSEPORT), supervised: "
+        "a worker that dies is restarted (default: this process serves alone)",
+    )
+    serve.add_argument(
+        "--drain-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM, answer /readyz with 503 for this long while serving on, "
+        "before closing the listener (default 0)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="on SIGTERM, how long in-flight calls may run before they are aborted (default 5)",
     )
 
     call = add("call", "Stream one call to the terminal.")
@@ -322,6 +346,78 @@ async def _call(
 # ---- serve -------------------------------------------------------------------------------
 
 
+async def stop_gateway(server: GatewayServer, *, drain_delay: float, grace: float | None) -> None:
+    """What SIGTERM does to a gateway: ``/readyz`` answers 503 for ``drain_delay``
+    seconds while everything serves on (a load balancer stops sending new
+    clients), then the listener closes, in-flight calls get ``grace`` seconds,
+    the rest end ``aborted`` and every websocket closes with 1001."""
+    server.drain()
+    if drain_delay > 0:
+        await trio.sleep(drain_delay)
+    await server.aclose(grace=grace)
+
+
+def _check_stop_options(args: argparse.Namespace) -> None:
+    if not 0 <= args.drain_delay < float("inf"):
+        raise ValueError(f"--drain-delay must be >= 0, got {args.drain_delay}")
+    if args.shutdown_grace is not None and not 0 <= args.shutdown_grace < float("inf"):
+        raise ValueError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
+    if args.workers < 0:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+
+
+def _print_serving(
+    out: TextIO,
+    config: configuration.Config,
+    url: str,
+    workers: str,
+    token: str | None,
+    token_env: str,
+) -> None:
+    out.write(f"llmrt {llmrt.__version__} gateway listening on {url}\n")
+    out.write(f"workers: {workers}\n")
+    out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
+    out.write("providers:\n")
+    for line in configuration.describe(config):
+        out.write(f"  {line}\n")
+    out.flush()
+
+
+async def _serve_workers(
+    args: argparse.Namespace,
+    config: configuration.Config,
+    out: TextIO,
+    environ: dict[str, str],
+    *,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    from ._workers import supervise
+    from .gateway._server import _is_loopback
+
+    token = environ.get(args.token_env) or None
+    if token is None and not _is_loopback(args.host):
+        # What serve_gateway would refuse in every worker: refuse it once, here.
+        raise ValueError(
+            f"refusing to serve on the non-loopback host {args.host!r} without a token: "
+            f"set ${args.token_env} (clients then authenticate with a bearer token)"
+        )
+    n = args.workers
+    return await supervise(
+        workers=n,
+        host=args.host,
+        port=args.port,
+        config_path=config.file,  # relative to the working directory, which workers share
+        token_env=args.token_env,
+        drain_delay=args.drain_delay,
+        shutdown_grace=args.shutdown_grace,
+        out=out,
+        banner=lambda url: _print_serving(
+            out, config, url, f"{n} (processes sharing the port)", token, args.token_env
+        ),
+        task_status=task_status,
+    )
+
+
 async def _serve(
     args: argparse.Namespace,
     config: configuration.Config,
@@ -332,22 +428,20 @@ async def _serve(
 ) -> int:
     from .gateway import serve_gateway
 
+    _check_stop_options(args)
+    if args.workers:
+        return await _serve_workers(args, config, out, environ, task_status=task_status)
     token = environ.get(args.token_env) or None
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
         serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
         server = await nursery.start(serve)
-        out.write(f"llmrt {llmrt.__version__} gateway listening on {server.url}\n")
-        out.write(f"auth: {'on (bearer token from $' + args.token_env + ')' if token else 'off'}\n")
-        out.write("providers:\n")
-        for line in configuration.describe(config):
-            out.write(f"  {line}\n")
-        out.flush()
+        _print_serving(out, config, server.url, "1 (this process)", token, args.token_env)
         task_status.started(server)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 out.write("shutting down\n")
                 out.flush()
-                await server.aclose()
+                await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
                 break
         nursery.cancel_scope.cancel()
     return 0

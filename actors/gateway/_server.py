@@ -44,7 +44,8 @@ from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._counters import RefusalCause
 from ._front import FrontDoor, ReplayStream, serve_stream
-from ._metrics import GatewayMetrics
+from ._listen import open_reuseport_listeners
+from ._metrics import Combine, Figures, GatewayMetrics
 from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
 
 __all__ = ["serve_gateway", "GatewayServer", "PLAYGROUND"]
@@ -128,6 +129,10 @@ class GatewayServer:
     def refused(self, cause: RefusalCause) -> None:
         """Count a request refused by a check outside this module (e.g. ``origin``)."""
         self._state.counters.refused(cause)
+
+    def figures(self) -> Figures:
+        """This gateway's figures now: the runtime's statistics and the gateway's counters."""
+        return Figures.read(self._state)
 
     def metrics_text(self) -> bytes:
         """What ``GET /metrics`` would answer now (Prometheus text format)."""
@@ -250,6 +255,8 @@ async def serve_gateway(
     token: str | None = None,
     limits: Limits | None = None,
     listeners: Sequence[trio.SocketListener] | None = None,
+    reuse_port: bool = False,
+    metrics_combine: Combine | None = None,
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -267,6 +274,12 @@ async def serve_gateway(
     binding ``host``/``port`` (e.g. one ``SO_REUSEPORT`` socket per worker
     process); the gateway takes them over and closes them when it stops.
     ``host`` and ``port`` are then read from the first listener.
+
+    ``reuse_port``: bind with ``SO_REUSEPORT``, so that other processes may
+    serve the same port (``llmrt serve --workers``; see ``_listen``).
+
+    ``metrics_combine``: what ``/metrics`` exports instead of this gateway's
+    own figures (the workers' sum; see `Combine`).
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -296,7 +309,7 @@ async def serve_gateway(
         version=llmrt.__version__,
         token=token.encode() if token is not None else None,
     )
-    metrics = GatewayMetrics(state)
+    metrics = GatewayMetrics(state, combine=metrics_combine)
     front = FrontDoor(
         ready=lambda: state.ready,
         metrics=metrics.render,
@@ -325,11 +338,12 @@ async def serve_gateway(
         conns: trio.Nursery, *, task_status: trio.TaskStatus[list[trio.SocketListener]]
     ) -> None:
         with listener:
-            bound = (
-                list(listeners)
-                if listeners is not None
-                else await trio.open_tcp_listeners(port, host=host)
-            )
+            if listeners is not None:
+                bound = list(listeners)
+            elif reuse_port:
+                bound = await open_reuseport_listeners(host, port)
+            else:
+                bound = await trio.open_tcp_listeners(port, host=host)
             await trio.serve_listeners(
                 handler, bound, handler_nursery=conns, task_status=task_status
             )

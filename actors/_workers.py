@@ -1,0 +1,683 @@
+"""``llmrt serve --workers N``: N gateway processes on one port, supervised.
+
+Process tree::
+
+    llmrt serve --workers N        the supervisor: holds the port, prints, restarts
+     ├─ python -m llmrt.actors._workers SPEC     worker 0: a whole gateway
+     ├─ ...                                      (runtime + serve_gateway)
+     └─ worker N-1
+
+Each worker binds its own listening socket to the port with ``SO_REUSEPORT``
+and the kernel spreads new connections over them; a connection stays with the
+worker that accepted it (gateways keep no state between connections). The
+supervisor binds the same address first without listening: it keeps the
+port while workers come and go, and resolves ``--port 0``.
+
+Lifecycle:
+
+* a worker that dies (crash, ``SIGKILL``, OOM) is logged and restarted after
+  a back-off (0.1 s, doubling to 5 s; reset once a worker has lived 10 s).
+  Its websockets die with it: the kernel closes them, so its clients see the
+  connection end at once (the Python client ends their calls with a
+  ``network`` error) and reconnect to the port, where a live worker answers.
+  A worker that dies before its first ready signal during start-up fails the
+  whole command instead (bad configuration does not restart forever).
+* ``SIGTERM``/``SIGINT`` to the supervisor is forwarded as ``SIGTERM`` to every
+  worker, each of which drains like a single ``llmrt serve``: ``/readyz``
+  answers 503 for ``--drain-delay`` seconds while everything keeps serving,
+  then the listener closes, in-flight calls get ``--shutdown-grace`` seconds,
+  the rest end with an ``aborted`` finish and every websocket closes with
+  1001. The supervisor exits once every worker has (bounded; stragglers are
+  killed).
+* A worker whose supervisor disappears sees its stdin close and drains too.
+
+Metrics over workers (``/metrics`` on any worker answers for all): each worker
+writes its statistics snapshot (`StatisticsValue`, the ``stats`` frame's
+value) to a private directory of the supervisor every second; a scrape sums
+the fresh figures of the scraped worker with the other workers' latest files.
+When a worker dies the supervisor folds its last snapshot into
+``retired.json`` with the gauges zeroed, so counters never go backwards over
+a restart. Why not prometheus-client's multiprocess mode: it keeps every
+metric in a memory-mapped file written on each increment (a cost on the call
+path that llmrt's metrics avoid by reading the runtime's own statistics at
+scrape time), and it exports only the metrics it stored, not custom
+collectors like the gateway's. Staleness is at most the snapshot period
+(``SNAPSHOT_SECONDS``), far below a scrape interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import TextIO
+
+import attrs
+import msgspec
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from . import config as configuration
+from ._stats import HistogramSnapshot, ProviderStatistics, RuntimeStatistics
+from .gateway._metrics import Figures, metric_families
+from .gateway._snapshot import (
+    FinishedCount,
+    GatewayValue,
+    HistogramValue,
+    ModelHistogram,
+    ProviderValue,
+    StatisticsValue,
+    statistics_value,
+)
+
+__all__ = [
+    "SNAPSHOT_SECONDS",
+    "SharedFigures",
+    "WorkerSpec",
+    "merge_values",
+    "runtime_statistics",
+    "retire",
+    "run_worker",
+    "supervise",
+    "worker_main",
+]
+
+#: How often each worker writes its statistics snapshot for the others' scrapes.
+SNAPSHOT_SECONDS = 1.0
+#: Restart back-off: first delay, cap, and the uptime after which it resets.
+BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET = 0.1, 5.0, 10.0
+#: How long a worker may take from spawn to its ready line.
+STARTUP_SECONDS = 30.0
+#: Slack on top of drain delay + grace + close timeout before stragglers are killed.
+STOP_SLACK = 5.0
+_READY = b"ready\n"
+_RETIRED = "retired.json"
+
+
+class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker process is told on its command line (no secrets: the token
+    stays in the environment the worker inherits)."""
+
+    slot: int
+    host: str
+    port: int
+    config: str | None
+    token_env: str
+    figures_dir: str
+    drain_delay: float
+    shutdown_grace: float | None
+    snapshot_seconds: float = SNAPSHOT_SECONDS
+
+
+class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    slot: int
+    pid: int
+    value: StatisticsValue
+
+
+# ---- merging snapshots ------------------------------------------------------------------
+
+
+def _add(into: Counter[str], items: Iterable[tuple[str, int]]) -> None:
+    for key, count in items:
+        into[key] += count
+
+
+def _histogram_sum(values: Sequence[HistogramValue]) -> HistogramValue | None:
+    if not values:
+        return None
+    first = values[0]
+    counts = [0] * len(first.counts)
+    total = 0.0
+    for value in values:
+        if value.bounds != first.bounds:
+            continue  # another llmrt version's buckets: cannot be summed bucket by bucket
+        for i, count in enumerate(value.counts):
+            counts[i] += count
+        total += value.sum
+    return HistogramValue(bounds=first.bounds, counts=tuple(counts), sum=total)
+
+
+def _by_model(series: Iterable[Sequence[ModelHistogram]]) -> tuple[ModelHistogram, ...]:
+    grouped: dict[tuple[str, str], list[HistogramValue]] = {}
+    for entries in series:
+        for entry in entries:
+            grouped.setdefault((entry.provider, entry.model), []).append(entry.histogram)
+    out = []
+    for (provider, model), values in sorted(grouped.items()):
+        merged = _histogram_sum(values)
+        assert merged is not None
+        out.append(ModelHistogram(provider=provider, model=model, histogram=merged))
+    return tuple(out)
+
+
+def _gateway_sum(values: Sequence[GatewayValue]) -> GatewayValue | None:
+    if not values:
+        return None
+    refused: Counter[str] = Counter()
+    http: Counter[str] = Counter()
+    for value in values:
+        _add(refused, value.refused.items())
+        _add(http, value.http_requests.items())
+    return GatewayValue(
+        ready=all(value.ready for value in values),
+        connections=sum(value.connections for value in values),
+        accepted=sum(value.accepted for value in values),
+        live_requests=sum(value.live_requests for value in values),
+        refused=dict(refused),
+        frames_received=sum(value.frames_received for value in values),
+        frames_sent=sum(value.frames_sent for value in values),
+        bytes_received=sum(value.bytes_received for value in values),
+        bytes_sent=sum(value.bytes_sent for value in values),
+        http_requests=dict(http),
+    )
+
+
+def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
+    """The sum of several processes' statistics: counters, histograms and gauges
+    add up; ``registrations`` is the largest (every worker registers the same
+    routes); the gateway is ready only when every part is."""
+    if not values:
+        raise ValueError("nothing to merge")
+    finished: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    retries: Counter[str] = Counter()
+    attempts: Counter[int] = Counter()
+    providers: dict[str, list[ProviderValue]] = {}
+    for value in values:
+        _add(finished, value.calls_finished.items())
+        _add(failures, value.failures_by_code.items())
+        _add(retries, value.retries_by_code.items())
+        for tries, count in value.attempts_per_call.items():
+            attempts[tries] += count
+        for provider in value.providers:
+            providers.setdefault(provider.provider, []).append(provider)
+    merged_providers = []
+    for name, parts in sorted(providers.items()):
+        by_finish: Counter[tuple[str, str]] = Counter()
+        for part in parts:
+            for entry in part.calls_finished:
+                by_finish[entry.reason, entry.code] += entry.count
+        merged_providers.append(
+            ProviderValue(
+                provider=name,
+                calls_started=sum(p.calls_started for p in parts),
+                calls_in_flight=sum(p.calls_in_flight for p in parts),
+                calls_finished=tuple(
+                    FinishedCount(reason=reason, code=code, count=count)
+                    for (reason, code), count in sorted(by_finish.items())
+                ),
+                chunks_forwarded=sum(p.chunks_forwarded for p in parts),
+            )
+        )
+    aborts = [v.abort_to_finish for v in values if v.abort_to_finish is not None]
+    gateways = [v.gateway for v in values if v.gateway is not None]
+    return StatisticsValue(
+        calls_started=sum(v.calls_started for v in values),
+        calls_in_flight=sum(v.calls_in_flight for v in values),
+        calls_finished=dict(finished),
+        failures_by_code=dict(failures),
+        chunks_forwarded=sum(v.chunks_forwarded for v in values),
+        chunks_dropped=sum(v.chunks_dropped for v in values),
+        middleware_errors=sum(v.middleware_errors for v in values),
+        registrations=max(v.registrations for v in values),
+        retries_by_code=dict(retries),
+        attempts_per_call=dict(attempts),
+        watchdog_firings=sum(v.watchdog_firings for v in values),
+        providers=tuple(merged_providers),
+        time_to_first_chunk=_by_model(v.time_to_first_chunk for v in values),
+        call_duration=_by_model(v.call_duration for v in values),
+        abort_to_finish=_histogram_sum(aborts),
+        gateway=_gateway_sum(gateways),
+    )
+
+
+def retired(value: StatisticsValue) -> StatisticsValue:
+    """A dead worker's snapshot as it stays in the sum: counters kept, gauges at zero."""
+    gateway = value.gateway
+    if gateway is not None:
+        gateway = msgspec.structs.replace(gateway, ready=True, connections=0, live_requests=0)
+    return msgspec.structs.replace(
+        value,
+        calls_in_flight=0,
+        providers=tuple(msgspec.structs.replace(p, calls_in_flight=0) for p in value.providers),
+        gateway=gateway,
+    )
+
+
+def _snapshot(value: HistogramValue) -> HistogramSnapshot:
+    return HistogramSnapshot(bounds=(*value.bounds, math.inf), counts=value.counts, sum=value.sum)
+
+
+def runtime_statistics(value: StatisticsValue) -> RuntimeStatistics:
+    """`statistics_value` the other way round: the snapshot `metric_families` reads."""
+    kwargs = {}
+    if value.abort_to_finish is not None:
+        kwargs["abort_to_finish"] = _snapshot(value.abort_to_finish)
+    return RuntimeStatistics(
+        calls_started=value.calls_started,
+        calls_in_flight=value.calls_in_flight,
+        calls_finished=MappingProxyType(dict(value.calls_finished)),
+        failures_by_code=MappingProxyType(dict(value.failures_by_code)),
+        chunks_forwarded=value.chunks_forwarded,
+        chunks_dropped=value.chunks_dropped,
+        middleware_errors=value.middleware_errors,
+        registrations=value.registrations,
+        retries_by_code=MappingProxyType(dict(value.retries_by_code)),
+        attempts_per_call=MappingProxyType(dict(value.attempts_per_call)),
+        providers=MappingProxyType(
+            {
+                p.provider: ProviderStatistics(
+                    calls_started=p.calls_started,
+                    calls_in_flight=p.calls_in_flight,
+                    calls_finished=MappingProxyType(
+                        {(f.reason, f.code): f.count for f in p.calls_finished}
+                    ),
+                    chunks_forwarded=p.chunks_forwarded,
+                )
+                for p in value.providers
+            }
+        ),
+        time_to_first_chunk=MappingProxyType(
+            {(e.provider, e.model): _snapshot(e.histogram) for e in value.time_to_first_chunk}
+        ),
+        call_duration=MappingProxyType(
+            {(e.provider, e.model): _snapshot(e.histogram) for e in value.call_duration}
+        ),
+        watchdog_firings=value.watchdog_firings,
+        **kwargs,
+    )
+
+
+# ---- the shared figures directory --------------------------------------------------------
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    # Readers see the old file or the new one, never half of one.
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.write_bytes(data)
+    os.replace(scratch, path)
+
+
+def _read_snapshot(path: Path) -> _Snapshot | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=_Snapshot)
+    except (OSError, msgspec.DecodeError):
+        return None  # removed meanwhile (its worker was retired), or not ours
+
+
+def retire(figures_dir: Path, slot: int, pid: int) -> None:
+    """Fold a dead worker's last snapshot into ``retired.json`` (the supervisor does this)."""
+    path = figures_dir / f"worker-{slot}-{pid}.json"
+    dead = _read_snapshot(path)
+    if dead is None:
+        return
+    total = figures_dir / _RETIRED
+    before = _read_snapshot(total)
+    values = [retired(dead.value)] + ([before.value] if before is not None else [])
+    merged = _Snapshot(slot=-1, pid=0, value=merge_values(values))
+    _write_atomically(total, msgspec.json.encode(merged))
+    path.unlink(missing_ok=True)
+
+
+@attrs.define(eq=False)
+class SharedFigures:
+    """One worker's side of the figures directory: it publishes, and sums at scrape time."""
+
+    figures_dir: Path
+    slot: int
+    pid: int = attrs.field(factory=os.getpid)
+
+    @property
+    def path(self) -> Path:
+        return self.figures_dir / f"worker-{self.slot}-{self.pid}.json"
+
+    def publish(self, figures: Figures) -> None:
+        """Write this worker's snapshot (blocking file I/O: call it in a thread)."""
+        value = statistics_value(figures.runtime, figures.gateway)
+        data = msgspec.json.encode(_Snapshot(slot=self.slot, pid=self.pid, value=value))
+        _write_atomically(self.path, data)
+
+    def combine(self, figures: Figures) -> list[Metric]:
+        """Every family of a scrape: this worker's fresh figures plus the others' files.
+
+        Runs in the scrape's worker thread (`llmrt.actors.gateway._metrics.Combine`).
+        """
+        own = statistics_value(figures.runtime, figures.gateway)
+        live: list[tuple[int, StatisticsValue]] = [(self.slot, own)]
+        values = [own]
+        for path in sorted(self.figures_dir.glob("*.json")):
+            if path == self.path:
+                continue
+            snapshot = _read_snapshot(path)
+            if snapshot is None:
+                continue
+            values.append(snapshot.value)
+            if path.name != _RETIRED:
+                live.append((snapshot.slot, snapshot.value))
+        merged = merge_values(values)
+        assert merged.gateway is not None
+        total = Figures(figures.version, runtime_statistics(merged), merged.gateway)
+        return [*metric_families(total), *_worker_families(live)]
+
+
+def _worker_families(live: Sequence[tuple[int, StatisticsValue]]) -> list[Metric]:
+    workers = GaugeMetricFamily(
+        "llmrt_gateway_workers", "Worker processes whose figures this scrape sums."
+    )
+    workers.add_metric([], len(live))
+    connections = GaugeMetricFamily(
+        "llmrt_gateway_worker_connections", "Open websockets, by worker.", labels=["worker"]
+    )
+    calls = CounterMetricFamily(
+        "llmrt_gateway_worker_calls_started",
+        "Calls started by the worker process now in the slot, by worker.",
+        labels=["worker"],
+    )
+    for slot, value in sorted(live, key=lambda item: item[0]):
+        gateway = value.gateway
+        connections.add_metric([str(slot)], gateway.connections if gateway is not None else 0)
+        calls.add_metric([str(slot)], value.calls_started)
+    return [workers, connections, calls]
+
+
+# ---- a worker process --------------------------------------------------------------------
+
+
+async def _watch_signals(stop: trio.Event, *, task_status: trio.TaskStatus[None]) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            stop.set()  # a second signal changes nothing: the drain is bounded
+
+
+async def _watch_stdin(stop: trio.Event) -> None:
+    # The supervisor holds the other end of stdin: end of file means it is gone.
+    async with trio.lowlevel.FdStream(os.dup(0)) as stream:
+        while await stream.receive_some(1024):
+            pass
+    stop.set()
+
+
+async def _publish_every(
+    shared: SharedFigures, read: Callable[[], Figures], seconds: float
+) -> None:
+    while True:
+        await trio.to_thread.run_sync(shared.publish, read())
+        await trio.sleep(seconds)
+
+
+async def run_worker(
+    spec: WorkerSpec, config: configuration.Config, environ: dict[str, str]
+) -> int:
+    """One worker: a gateway on the shared port until SIGTERM (or its supervisor leaves)."""
+    from ._cli import _configured_runtime, stop_gateway
+    from .gateway import serve_gateway
+
+    token = environ.get(spec.token_env) or None
+    shared = SharedFigures(Path(spec.figures_dir), spec.slot)
+    stop = trio.Event()
+    async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        await nursery.start(_watch_signals, stop)
+        serve = partial(
+            serve_gateway,
+            rt,
+            spec.host,
+            spec.port,
+            token=token,
+            reuse_port=True,
+            metrics_combine=shared.combine,
+        )
+        server = await nursery.start(serve)
+        publisher = trio.CancelScope()
+
+        async def publish() -> None:
+            with publisher:
+                await _publish_every(shared, server.figures, spec.snapshot_seconds)
+
+        nursery.start_soon(publish)
+        nursery.start_soon(_watch_stdin, stop)
+        os.write(1, _READY)
+        await stop.wait()
+        await stop_gateway(server, drain_delay=spec.drain_delay, grace=spec.shutdown_grace)
+        publisher.cancel()
+        # The last figures, for the supervisor to fold into the retired sum.
+        await trio.to_thread.run_sync(shared.publish, server.figures())
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+def worker_main(argv: Sequence[str]) -> int:
+    """Entry point of ``python -m llmrt.actors._workers SPEC``."""
+    if len(argv) != 1:
+        print("usage: python -m llmrt.actors._workers SPEC (llmrt serve runs it)", file=sys.stderr)
+        return 2
+    spec = msgspec.json.decode(argv[0], type=WorkerSpec)
+    environ = dict(os.environ)
+    config = configuration.load_config(spec.config, environ=environ)
+    return trio.run(run_worker, spec, config, environ)
+
+
+# ---- the supervisor ----------------------------------------------------------------------
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+async def _await_ready(proc: trio.Process) -> bool:
+    """Whether the worker says it serves within `STARTUP_SECONDS` (False: it died or hung)."""
+    assert proc.stdout is not None
+    data = b""
+    with trio.move_on_after(STARTUP_SECONDS):
+        while not data.endswith(b"\n") and len(data) < len(_READY):
+            chunk = await proc.stdout.receive_some(len(_READY) - len(data))
+            if not chunk:
+                return False
+            data += chunk
+        return data == _READY
+    return False
+
+
+@attrs.define(eq=False)
+class _Supervisor:
+    spec: Callable[[int], WorkerSpec]
+    out: TextIO
+    figures_dir: Path
+    workers: int
+    procs: dict[int, trio.Process] = attrs.field(factory=dict)
+    #: Set by a signal or by a worker that cannot start: every slot stops.
+    stop: trio.Event = attrs.field(factory=trio.Event)
+    stopping: bool = False
+    failure: str | None = None
+    ready: int = 0
+    all_ready: trio.Event = attrs.field(factory=trio.Event)
+    running: int = 0
+    slots_done: trio.Event = attrs.field(factory=trio.Event)
+    restarts: int = 0
+
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    async def run_slot(self, slot: int) -> None:
+        self.running += 1
+        try:
+            await self._run_slot(slot)
+        finally:
+            self.running -= 1
+            if not self.running:
+                self.slots_done.set()
+
+    async def _run_slot(self, slot: int) -> None:
+        delay = BACKOFF_FIRST
+        starting = True
+        while not self.stopping:
+            command = [
+                sys.executable,
+                "-m",
+                "llmrt.actors._workers",
+                msgspec.json.encode(self.spec(slot)).decode(),
+            ]
+            # A session of its own: a terminal's Ctrl-C reaches the supervisor
+            # alone, which stops the workers in order.
+            proc = await trio.lowlevel.open_process(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
+            self.procs[slot] = proc
+            born = trio.current_time()
+            try:
+                ready = await _await_ready(proc)
+                if ready:
+                    self.say(f"worker {slot} ready: pid {proc.pid}")
+                    if starting:
+                        self.ready += 1
+                        if self.ready == self.workers:
+                            self.all_ready.set()
+                else:
+                    proc.kill()
+                returncode = await proc.wait()
+            finally:
+                with trio.CancelScope(shield=True):
+                    if proc.returncode is None:
+                        proc.kill()
+                    await proc.wait()
+                    for pipe in (proc.stdin, proc.stdout):
+                        if pipe is not None:
+                            await pipe.aclose()
+                    del self.procs[slot]
+                    await trio.to_thread.run_sync(retire, self.figures_dir, slot, proc.pid)
+            how = _describe(returncode)
+            if self.stopping:
+                self.say(f"worker {slot} (pid {proc.pid}) stopped: {how}")
+                return
+            if starting and not ready:
+                self.failure = f"worker {slot} did not start ({how}); see its errors above"
+                self.stop.set()
+                return
+            starting = False
+            if trio.current_time() - born >= BACKOFF_RESET:
+                delay = BACKOFF_FIRST
+            self.restarts += 1
+            self.say(f"worker {slot} (pid {proc.pid}) died: {how}; restarting in {delay:.1f} s")
+            with trio.move_on_after(delay):
+                await self.stop.wait()
+            delay = min(2 * delay, BACKOFF_MAX)
+
+    def signal_all(self, signum: int) -> None:
+        for proc in list(self.procs.values()):
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signum)
+
+
+async def supervise(
+    *,
+    workers: int,
+    host: str,
+    port: int,
+    config_path: str | None,
+    token_env: str,
+    drain_delay: float,
+    shutdown_grace: float | None,
+    out: TextIO,
+    banner: Callable[[str], None],
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run ``workers`` gateway processes on ``host``:``port`` until SIGTERM/SIGINT.
+
+    ``banner(url)`` prints what ``llmrt serve`` prints once the port is held.
+    Calls ``task_status.started(port)`` once every worker is ready. Returns the
+    exit status: 0 after a clean stop, 1 when a worker could not start.
+    """
+    from .gateway import Limits
+    from .gateway._listen import bind_reuseport
+
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    limits = Limits()
+    grace = limits.shutdown_grace if shutdown_grace is None else shutdown_grace
+    stop_bound = drain_delay + grace + limits.close_timeout + STOP_SLACK
+    held = bind_reuseport(host, port, listen=False)
+    figures_dir = Path(tempfile.mkdtemp(prefix="llmrt-figures-"))
+    try:
+        port = int(held[0].getsockname()[1])
+
+        def spec(slot: int) -> WorkerSpec:
+            return WorkerSpec(
+                slot=slot,
+                host=host,
+                port=port,
+                config=config_path,
+                token_env=token_env,
+                figures_dir=str(figures_dir),
+                drain_delay=drain_delay,
+                shutdown_grace=shutdown_grace,
+            )
+
+        sup = _Supervisor(spec=spec, out=out, figures_dir=figures_dir, workers=workers)
+        url_host = f"[{host}]" if ":" in host else host
+        banner(f"ws://{url_host}:{port}/")
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    sup.stop.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(on_signal)
+                for slot in range(workers):
+                    nursery.start_soon(sup.run_slot, slot)
+                async with trio.open_nursery() as first:
+
+                    async def ready() -> None:
+                        await sup.all_ready.wait()
+                        first.cancel_scope.cancel()
+
+                    async def stopped() -> None:
+                        await sup.stop.wait()
+                        first.cancel_scope.cancel()
+
+                    first.start_soon(ready)
+                    first.start_soon(stopped)
+                if sup.all_ready.is_set() and not sup.stop.is_set():
+                    sup.say(f"workers ready: {workers}")
+                    task_status.started(port)
+                await sup.stop.wait()
+                sup.stopping = True
+                if sup.failure is None:
+                    sup.say(f"shutting down: draining {len(sup.procs)} workers")
+                sup.signal_all(signal.SIGTERM)
+                with trio.move_on_after(stop_bound):
+                    await sup.slots_done.wait()
+                sup.signal_all(signal.SIGKILL)
+                await sup.slots_done.wait()
+                nursery.cancel_scope.cancel()
+        if sup.failure is not None:
+            print(f"llmrt: {sup.failure}", file=sys.stderr)
+            return 1
+        sup.say("stopped")
+        return 0
+    finally:
+        for sock in held:
+            sock.close()
+        shutil.rmtree(figures_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(worker_main(sys.argv[1:]))
