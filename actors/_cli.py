@@ -525,6 +525,8 @@ def format_stats(value: StatisticsValue) -> list[str]:
         lines.append(
             f"abort -> finish: n={abort.count} mean {1e6 * abort.sum / abort.count:.0f} us"
         )
+    for pool in value.connection_pools:
+        lines.append(f"upstream {pool.provider}: connections open {pool.open}, idle {pool.idle}")
     gw = value.gateway
     if gw is not None:
         lines.append(

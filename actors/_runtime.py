@@ -37,6 +37,7 @@ from llmrt import (
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
 from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
+from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
     DEFAULT_MAX_RETRY_AFTER_MS,
@@ -44,8 +45,8 @@ from ._retry import (
     RetryCallContext,
     check_retry_after_cap,
 )
-from ._stats import CallSeries, RuntimeStatistics, StatsCounters
-from ._topology import Discover, Route
+from ._stats import CallSeries, ConnectionPool, RuntimeStatistics, StatsCounters
+from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
 
 __all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
@@ -61,6 +62,26 @@ def _check_timeout(name: str, value: float) -> float:
     if not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
+
+
+def _connection_pools(topology: Topology) -> dict[str, ConnectionPool]:
+    """Each registration's upstream pool, under its first provider route, if its adapter tells."""
+    pools: dict[str, ConnectionPool] = {}
+    seen: set[Registration] = set()
+    for name, route in topology.routes.items():
+        registration = route.registration
+        if registration in seen:
+            continue
+        seen.add(registration)
+        # getattr: an adapter need not subclass Adapter to be registered.
+        read = getattr(registration.adapter, "connection_counts", None)
+        try:
+            counts = read() if read is not None else None
+        except Exception:
+            counts = None  # reading a figure never fails the statistics
+        if counts is not None:
+            pools[name] = ConnectionPool(open=counts[0], idle=counts[1])
+    return pools
 
 
 @attrs.define(eq=False)
@@ -274,8 +295,10 @@ class LlmRuntime:
         self._core.middlewares = (*self._core.middlewares, middleware)
 
     def statistics(self) -> RuntimeStatistics:
-        """An immutable snapshot of the runtime's counters."""
-        return self._core.stats.snapshot(self._core.registry.registration_count)
+        """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
+        registry = self._core.registry
+        pools = _connection_pools(registry.topology)
+        return self._core.stats.snapshot(registry.registration_count, pools)
 
     # ---- registry ------------------------------------------------------------------------
 

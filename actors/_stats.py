@@ -28,6 +28,7 @@ __all__ = [
     "MAX_MODELS_PER_PROVIDER",
     "OTHER",
     "CallSeries",
+    "ConnectionPool",
     "Histogram",
     "HistogramSnapshot",
     "ProviderStatistics",
@@ -123,6 +124,14 @@ class ProviderStatistics:
     chunks_forwarded: int
 
 
+@attrs.frozen
+class ConnectionPool:
+    """An adapter's upstream connections: open (in use or idle) and, of those, idle."""
+
+    open: int
+    idle: int
+
+
 @attrs.frozen(kw_only=True)
 class RuntimeStatistics:
     """A snapshot of `LlmRuntime.statistics()`; immutable, mappings included."""
@@ -159,6 +168,9 @@ class RuntimeStatistics:
     )
     #: Calls the idle watchdog ended (``TIMEOUT``).
     watchdog_firings: int = 0
+    #: Upstream connection pools of the adapters that report one, by the first
+    #: provider route of their registration.
+    connection_pools: Mapping[str, ConnectionPool] = MappingProxyType({})
 
 
 @attrs.define(eq=False)
@@ -205,7 +217,9 @@ class StatsCounters:
                 self._models[provider] += 1
         return found
 
-    def snapshot(self, registrations: int) -> RuntimeStatistics:
+    def snapshot(
+        self, registrations: int, pools: Mapping[str, ConnectionPool] | None = None
+    ) -> RuntimeStatistics:
         providers = {
             name: ProviderStatistics(
                 calls_started=c.started,
@@ -236,4 +250,5 @@ class StatsCounters:
             ),
             abort_to_finish=self.abort_to_finish.snapshot(),
             watchdog_firings=self.watchdog_firings,
+            connection_pools=MappingProxyType(dict(pools or {})),
         )

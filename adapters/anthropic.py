@@ -31,6 +31,7 @@ from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._http import (
     SSEFeed,
     make_client,
+    pool_counts,
     read_api_key,
     stream_events,
 )
@@ -177,6 +178,9 @@ class AnthropicAdapter(Adapter):
             id=model, default_max_tokens=self.default_max_tokens
         )
         return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -63,8 +63,8 @@ from llmrt.actors.gateway._protocol import Limits
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 TARGET_METRICS_US_PER_CHUNK = 0.2
-FULL = {"long_chunks": 100_000, "short_calls": 1_000, "short_chunks": 100, "runs": 7}
-QUICK = {"long_chunks": 20_000, "short_calls": 300, "short_chunks": 100, "runs": 5}
+FULL = {"long_chunks": 100_000, "short_calls": 1_000, "short_chunks": 100, "runs": 10}
+QUICK = {"long_chunks": 20_000, "short_calls": 300, "short_chunks": 100, "runs": 6}
 #: Timings of one operation: the fastest of this many short runs. On a shared
 #: machine the fastest short run is the one nothing preempted.
 REPEAT = 50
@@ -192,9 +192,11 @@ async def call_path(sizes: dict[str, int]) -> dict[str, Any]:
         gc.collect()
         gc.freeze()
         # Cases take turns within each round, so that load from other
-        # processes falls on all of them alike; differences are paired by round.
-        for _ in range(sizes["runs"]):
-            for key in cases:
+        # processes falls on all of them alike, in reversed order every other
+        # round (a case's predecessor's garbage lands on it); differences are
+        # paired by round.
+        for round_ in range(sizes["runs"]):
+            for key in cases if round_ % 2 == 0 else reversed(cases):
                 samples[key].append(await run(key))
         gc.unfreeze()
     out: dict[str, Any] = {

@@ -32,7 +32,9 @@ from llmrt.actors._stats import (
     StatsCounters,
 )
 from llmrt.actors.gateway import GatewayServer, serve_gateway
+from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.scripted import Delay, Raise, ScriptedAdapter, Stall, Step, text_script
+from llmrt.testing import SSEScript, open_upstream, openai_events
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -220,3 +222,43 @@ def test_histogram_buckets_count_values_at_most_each_bound() -> None:
     assert snap.bounds == ABORT_BUCKETS
     assert snap.counts[0] == 2 and snap.counts[1] == 1 and snap.counts[-1] == 1
     assert snap.count == 4 and snap.sum == 0.0 + 0.00001 + 0.0000100001 + 5.0
+
+
+async def test_upstream_connection_pools_are_read_at_scrape_time() -> None:
+    done = SSEScript(events=openai_events(["one", "two"]))
+    stalled = SSEScript(events=openai_events(["one", "two"]), stall_after=2)
+    async with open_upstream([done, stalled]) as upstream, llmrt.open_runtime() as rt:
+        adapter = OpenAIChatAdapter(
+            base_url=upstream.base_url, api_key_env="K", environ={"K": "sk-test-key-1"}
+        )
+        await rt.register_adapter(["up", "up-too"], adapter)
+        await rt.register_adapter(["p"], ScriptedAdapter(script))  # keeps no pool
+        assert rt.statistics().connection_pools["up"].open == 0
+        await drain(rt.stream(opts("m", provider="up")))
+        pools = rt.statistics().connection_pools
+        assert set(pools) == {"up"}  # one entry per adapter, under its first route
+        assert (pools["up"].open, pools["up"].idle) == (1, 1)  # back in the pool
+        async with gateway(rt) as server, rt.stream(opts("m", provider="up")) as call:
+            await call.__anext__()  # the stalled response holds the connection
+            samples = scrape(server)
+            assert value(samples, "llmrt_upstream_connections", provider="up") == 1
+            assert value(samples, "llmrt_upstream_connections_idle", provider="up") == 0
+            call.abort()
+        # Aborted mid-body: the connection is closed, not pooled.
+        pools = rt.statistics().connection_pools
+        assert (pools["up"].open, pools["up"].idle) == (0, 0)
+
+
+async def test_abort_to_finish_counts_an_abort_at_time_zero(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(script))
+        assert trio.current_time() == 0.0
+        async with rt.stream(opts("stall")) as call:
+            call.abort()  # before the call task ran: no adapter work at all
+            assert [type(c).__name__ async for c in call] == ["Finish"]
+        snap = rt.statistics().abort_to_finish
+        assert snap.count == 1 and snap.sum == 0.0
+        # A call aborted before its adapter started has no duration to report.
+        assert rt.statistics().call_duration["p", "stall"].count == 0

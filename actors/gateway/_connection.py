@@ -117,6 +117,10 @@ class GatewayState:
         """
         return not self.draining and not self.stopping.is_set()
 
+    def refused(self, cause: str) -> None:
+        """Count a refused handshake or request; ``cause`` is a `RefusalCause` value."""
+        self.counters.refused(cause)
+
     def statistics(self) -> GatewayValue:
         """The gateway's own figures, for the ``stats`` frame."""
         counters = self.counters

@@ -159,6 +159,21 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "llmrt_registrations", "Adapter registrations.", value=stats.registrations
     )
+    upstream = GaugeMetricFamily(
+        "llmrt_upstream_connections",
+        "Upstream connections open (in use or idle), by the first provider of the adapter.",
+        labels=["provider"],
+    )
+    idle = GaugeMetricFamily(
+        "llmrt_upstream_connections_idle",
+        "Upstream connections idle in the pool, by the first provider of the adapter.",
+        labels=["provider"],
+    )
+    for provider, pool in sorted(stats.connection_pools.items()):
+        upstream.add_metric([provider], pool.open)
+        idle.add_metric([provider], pool.idle)
+    yield upstream
+    yield idle
 
 
 def _gateway_families(gw: GatewayValue) -> Iterator[Metric]:

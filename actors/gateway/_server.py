@@ -128,7 +128,7 @@ class GatewayServer:
 
     def refused(self, cause: RefusalCause) -> None:
         """Count a request refused by a check outside this module (e.g. ``origin``)."""
-        self._state.counters.refused(cause)
+        self._state.refused(cause)
 
     def figures(self) -> Figures:
         """This gateway's figures now: the runtime's statistics and the gateway's counters."""
@@ -159,8 +159,10 @@ async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
     await request.reject(status, extra_headers=headers, body=body.encode())
 
 
-async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketConnection | None:
-    """One websocket. Its failures end it alone, never the gateway.
+async def _handle(
+    state: GatewayState, request: WebSocketRequest, peer: str
+) -> WebSocketConnection | None:
+    """One websocket from address ``peer``. Its failures end it alone, never the gateway.
 
     Returns the websocket when it was accepted (for the caller to close).
     """
@@ -170,7 +172,7 @@ async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketCo
     except ConnectionClosed:
         pass  # the client left during the handshake
     except Exception:
-        log.exception("a gateway connection failed")
+        log.exception("a gateway connection from %s failed", peer)
     return accepted[0] if accepted else None
 
 
@@ -181,11 +183,11 @@ async def _serve_one(
     limits = state.limits
     counters = state.counters
     if state.stopping.is_set():
-        counters.refused(RefusalCause.SHUTDOWN)
+        state.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
         return
     if state.admitted >= limits.max_connections:
-        counters.refused(RefusalCause.LIMITS)
+        state.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
@@ -195,12 +197,12 @@ async def _serve_one(
             presented = bearer_from_headers(request.headers) or offered_token
             if not token_matches(state.token, presented):
                 # Neither the token nor how it failed is logged.
-                counters.refused(RefusalCause.AUTH)
+                state.refused(RefusalCause.AUTH)
                 await _reject(request, 401, "a valid bearer token is required")
                 return
         codec = codec_for(offered)
         if codec is None:
-            counters.refused(RefusalCause.SUBPROTOCOL)
+            state.refused(RefusalCause.SUBPROTOCOL)
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
         # The bearer subprotocol is never echoed: the answer names the encoding.
@@ -230,9 +232,9 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
                     nursery, stream, max_message_size=limits.hard_frame_bytes
                 )
             if handshake.cancelled_caught:
-                state.counters.refused(RefusalCause.TIMEOUT)
+                state.refused(RefusalCause.TIMEOUT)
             else:
-                ws = await _handle(state, request)
+                ws = await _handle(state, request, stream.peer)
                 if ws is not None:
                     with trio.move_on_after(limits.close_timeout):
                         await ws.aclose()

@@ -21,6 +21,7 @@ __all__ = [
     "GatewayValue",
     "HistogramValue",
     "ModelHistogram",
+    "PoolValue",
     "ProviderValue",
     "StatisticsValue",
     "statistics_value",
@@ -66,6 +67,13 @@ class ProviderValue(_Value, frozen=True):
     chunks_forwarded: int
 
 
+class PoolValue(_Value, frozen=True):
+    #: The first provider route of the adapter's registration.
+    provider: str
+    open: int
+    idle: int
+
+
 class GatewayValue(_Value, frozen=True):
     ready: bool
     connections: int
@@ -97,6 +105,7 @@ class StatisticsValue(_Value, frozen=True):
     time_to_first_chunk: tuple[ModelHistogram, ...] = ()
     call_duration: tuple[ModelHistogram, ...] = ()
     abort_to_finish: HistogramValue | None = None
+    connection_pools: tuple[PoolValue, ...] = ()
     gateway: GatewayValue | None = None
 
 
@@ -144,5 +153,9 @@ def statistics_value(
         time_to_first_chunk=_by_model(stats.time_to_first_chunk),
         call_duration=_by_model(stats.call_duration),
         abort_to_finish=_histogram(stats.abort_to_finish),
+        connection_pools=tuple(
+            PoolValue(provider=name, open=pool.open, idle=pool.idle)
+            for name, pool in sorted(stats.connection_pools.items())
+        ),
         gateway=gateway,
     )
