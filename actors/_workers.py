@@ -68,13 +68,20 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from . import config as configuration
-from ._stats import HistogramSnapshot, ProviderStatistics, RuntimeStatistics
+from ._stats import (
+    ABORT_BUCKETS,
+    ConnectionPool,
+    HistogramSnapshot,
+    ProviderStatistics,
+    RuntimeStatistics,
+)
 from .gateway._metrics import Figures, metric_families
 from .gateway._snapshot import (
     FinishedCount,
     GatewayValue,
     HistogramValue,
     ModelHistogram,
+    PoolValue,
     ProviderValue,
     StatisticsValue,
     statistics_value,
@@ -101,6 +108,7 @@ STARTUP_SECONDS = 30.0
 #: Slack on top of drain delay + grace + close timeout before stragglers are killed.
 STOP_SLACK = 5.0
 _READY = b"ready\n"
+_NO_ABORTS = HistogramSnapshot(bounds=ABORT_BUCKETS, counts=(0,) * len(ABORT_BUCKETS), sum=0.0)
 _RETIRED = "retired.json"
 
 
@@ -220,6 +228,11 @@ def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
                 chunks_forwarded=sum(p.chunks_forwarded for p in parts),
             )
         )
+    pools: dict[str, tuple[int, int]] = {}
+    for value in values:
+        for pool in value.connection_pools:
+            open_, idle = pools.get(pool.provider, (0, 0))
+            pools[pool.provider] = (open_ + pool.open, idle + pool.idle)
     aborts = [v.abort_to_finish for v in values if v.abort_to_finish is not None]
     gateways = [v.gateway for v in values if v.gateway is not None]
     return StatisticsValue(
@@ -238,12 +251,17 @@ def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
         time_to_first_chunk=_by_model(v.time_to_first_chunk for v in values),
         call_duration=_by_model(v.call_duration for v in values),
         abort_to_finish=_histogram_sum(aborts),
+        connection_pools=tuple(
+            PoolValue(provider=name, open=open_, idle=idle)
+            for name, (open_, idle) in sorted(pools.items())
+        ),
         gateway=_gateway_sum(gateways),
     )
 
 
 def retired(value: StatisticsValue) -> StatisticsValue:
-    """A dead worker's snapshot as it stays in the sum: counters kept, gauges at zero."""
+    """A dead worker's snapshot as it stays in the sum: counters kept, gauges at zero
+    (its calls, websockets and upstream connections died with it)."""
     gateway = value.gateway
     if gateway is not None:
         gateway = msgspec.structs.replace(gateway, ready=True, connections=0, live_requests=0)
@@ -251,6 +269,7 @@ def retired(value: StatisticsValue) -> StatisticsValue:
         value,
         calls_in_flight=0,
         providers=tuple(msgspec.structs.replace(p, calls_in_flight=0) for p in value.providers),
+        connection_pools=(),
         gateway=gateway,
     )
 
@@ -261,9 +280,7 @@ def _snapshot(value: HistogramValue) -> HistogramSnapshot:
 
 def runtime_statistics(value: StatisticsValue) -> RuntimeStatistics:
     """`statistics_value` the other way round: the snapshot `metric_families` reads."""
-    kwargs = {}
-    if value.abort_to_finish is not None:
-        kwargs["abort_to_finish"] = _snapshot(value.abort_to_finish)
+    abort = value.abort_to_finish
     return RuntimeStatistics(
         calls_started=value.calls_started,
         calls_in_flight=value.calls_in_flight,
@@ -294,8 +311,11 @@ def runtime_statistics(value: StatisticsValue) -> RuntimeStatistics:
         call_duration=MappingProxyType(
             {(e.provider, e.model): _snapshot(e.histogram) for e in value.call_duration}
         ),
+        abort_to_finish=_snapshot(abort) if abort is not None else _NO_ABORTS,
         watchdog_firings=value.watchdog_firings,
-        **kwargs,
+        connection_pools=MappingProxyType(
+            {p.provider: ConnectionPool(open=p.open, idle=p.idle) for p in value.connection_pools}
+        ),
     )
 
 
