@@ -621,7 +621,7 @@ async def supervise(
 ) -> int:
     """Run ``workers`` gateway processes on ``host``:``port`` until SIGTERM/SIGINT.
 
-    ``banner(url)`` prints what ``llmrt serve`` prints once the port is held.
+    ``banner(url)`` prints what ``llmrt serve`` prints, once every worker serves.
     Calls ``task_status.started(port)`` once every worker is ready. Returns the
     exit status: 0 after a clean stop, 1 when a worker could not start.
     """
@@ -652,7 +652,6 @@ async def supervise(
 
         sup = _Supervisor(spec=spec, out=out, figures_dir=figures_dir, workers=workers)
         url_host = f"[{host}]" if ":" in host else host
-        banner(f"ws://{url_host}:{port}/")
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
             async def on_signal() -> None:
@@ -676,6 +675,9 @@ async def supervise(
                     first.start_soon(ready)
                     first.start_soon(stopped)
                 if sup.all_ready.is_set() and not sup.stop.is_set():
+                    # Printed once the port serves: a client that reads the
+                    # address and connects is not refused.
+                    banner(f"ws://{url_host}:{port}/")
                     sup.say(f"workers ready: {workers}")
                     task_status.started(port)
                 await sup.stop.wait()

@@ -1,9 +1,10 @@
 """Operating llmrt: what metrics cost per chunk, and serving from workers and behind nginx.
 
 Run: ``python bench/bench_scaleout.py [--quick] [--only SECTION]`` (full:
-about 90 s on 2 cores, a third of it starting processes; ``--quick``: about
-50 s). The scale-out section needs nginx (``apt-get install -y nginx``). Prints one table per section and writes
-``bench/results/scaleout.json`` (``scaleout-quick.json`` with ``--quick``).
+about 90 s on 2 cores; ``--quick``: about 40 s). The scale-out section needs
+nginx (``apt-get install -y nginx``). Prints one table per section and
+writes ``bench/results/scaleout.json`` (``scaleout-quick.json`` with
+``--quick``).
 
 1. ``metrics``: the statistics that ``/metrics`` reads are kept on the call
    path; this section prices them, in one run:
@@ -52,7 +53,7 @@ import tempfile
 import time
 import timeit
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,9 @@ FULL = {
     "short_calls": 1_000,
     "short_chunks": 100,
     "runs": 10,
-    "load_seconds": 4,
+    "load_seconds": 3,
     "connections": 32,
+    "rounds": 3,
 }
 QUICK = {
     "long_chunks": 20_000,
@@ -94,6 +96,7 @@ QUICK = {
     "runs": 6,
     "load_seconds": 2,
     "connections": 16,
+    "rounds": 1,
 }
 #: Timings of one operation: the fastest of this many short runs. On a shared
 #: machine the fastest short run is the one nothing preempted.
@@ -513,36 +516,56 @@ async def scaleout_section(sizes: dict[str, int]) -> dict[str, Any]:
     from _nginx import running_nginx
     from _serving import serving
 
-    seconds, connections = sizes["load_seconds"], sizes["connections"]
-    rows: dict[str, dict[str, Any]] = {}
+    seconds, connections, rounds = sizes["load_seconds"], sizes["connections"], sizes["rounds"]
+    loads: dict[str, list[dict[str, Any]]] = {}
+    processes: dict[str, int] = {}
+    urls: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
         config = directory / "llmrt.toml"
         config.write_text(FAST_CONFIG)
-        async with serving("--config", str(config)) as served:
-            url = f"ws://127.0.0.1:{await served.port()}/"
-            rows["single process"] = {"processes": 1, **await _load(url, seconds, connections)}
-        for n in (1, 2, 4):
-            async with serving("--config", str(config), "--workers", str(n)) as served:
+        # Every row's servers run at once (idle ones cost nothing) and the rows
+        # take turns, round after round: on a shared machine each row meets
+        # the same spread of neighbours' load.
+        async with AsyncExitStack() as stack:
+            single = await stack.enter_async_context(serving("--config", str(config)))
+            urls["single process"] = f"ws://127.0.0.1:{await single.port()}/"
+            processes["single process"] = 1
+            for n in (1, 2, 4):
+                served = await stack.enter_async_context(
+                    serving("--config", str(config), "--workers", str(n))
+                )
                 port = await served.port()
                 await served.expect(rf"^workers ready: {n}$")
-                url = f"ws://127.0.0.1:{port}/"
-                rows[f"--workers {n}"] = {"processes": n, **await _load(url, seconds, connections)}
-        async with (
-            serving("--config", str(config)) as first,
-            serving("--config", str(config)) as second,
-        ):
-            ports = [await first.port(), await second.port()]
-            async with running_nginx(ports, directory) as nginx:
-                load = await _load(nginx.url, seconds, connections)
-                rows["nginx -> 2 gateways"] = {"processes": 2, **load}
-    single = rows["single process"]["chunks_per_s"]
+                urls[f"--workers {n}"] = f"ws://127.0.0.1:{port}/"
+                processes[f"--workers {n}"] = n
+            behind = [
+                await stack.enter_async_context(serving("--config", str(config))) for _ in range(2)
+            ]
+            ports = [await gateway.port() for gateway in behind]
+            nginx = await stack.enter_async_context(running_nginx(ports, directory))
+            urls["nginx -> 2 gateways"] = nginx.url
+            processes["nginx -> 2 gateways"] = 2
+            for _ in range(rounds):
+                for name, url in urls.items():
+                    loads.setdefault(name, []).append(await _load(url, seconds, connections))
+    rows: dict[str, dict[str, Any]] = {}
+    for name, runs in loads.items():
+        rows[name] = {
+            "processes": processes[name],
+            "runs": runs,
+            "chunks_per_s": median([r["chunks_per_s"] for r in runs]),
+            "first_chunk_ms_p50": median([r["first_chunk_ms_p50"] for r in runs]),
+            "first_chunk_ms_p99": median([r["first_chunk_ms_p99"] for r in runs]),
+        }
+    single_rate = rows["single process"]["chunks_per_s"]
     for row in rows.values():
         row["chunks_per_s_per_process"] = row["chunks_per_s"] / row["processes"]
-        row["per_process_vs_single"] = row["chunks_per_s_per_process"] / single
+        row["per_process_vs_single"] = row["chunks_per_s_per_process"] / single_rate
     return {
         "load_seconds": seconds,
         "connections": connections,
+        "rounds": rounds,
         "client_processes": LOAD_PROCESSES,
         "cpus": os.cpu_count(),
         "rows": rows,
@@ -554,7 +577,8 @@ def print_scaleout(section: dict[str, Any]) -> None:
         f"\n2. scale-out: {section['connections']} websockets from "
         f"{section['client_processes']} client processes, unpaced demo calls back to back "
         f"for {section['load_seconds']} s, plus one probe call per 20 ms per client process "
-        f"(time to first chunk = what the serving path adds); {section['cpus']} CPUs"
+        f"(time to first chunk = what the serving path adds); median of {section['rounds']} "
+        f"rounds, rows taking turns; {section['cpus']} CPUs"
     )
     rows = [
         [name, r["processes"], r["chunks_per_s"], r["chunks_per_s_per_process"],

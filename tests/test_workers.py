@@ -198,3 +198,25 @@ async def test_sigterm_drains_every_worker(tmp_path: Path) -> None:
         for slot in range(3):
             await served.expect(rf"^worker {slot} \(pid \d+\) stopped: exit status 0$")
         await served.expect(r"^stopped$")
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped by its new parent counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+async def test_workers_leave_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    config = slow_demo_config(tmp_path, tokens_per_second=4)
+    async with serving("--workers", "2", "--config", str(config)) as served:
+        pids = await ready_pids(served, 2)
+        served.proc.kill()  # no forwarding, no clean-up: only the closed stdin pipe tells
+        assert await served.exit_code(10) == -signal.SIGKILL
+
+        async def orphans_gone() -> bool:
+            return all(_gone(pid) for pid in pids.values())
+
+        await poll(orphans_gone, within=20)
