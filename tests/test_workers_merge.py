@@ -1,4 +1,4 @@
-"""Summing workers' statistics for ``/metrics`` (``llmrt.actors._workers``), in process.
+"""Summing workers' statistics for `/metrics` (`_worker_sum`, `_worker_figures`), in process.
 
 The wire value round-trips to the same exposition text, a sum adds counters,
 histograms and gauges, a retired worker keeps its counters and drops its
@@ -18,13 +18,8 @@ from prometheus_client.registry import CollectorRegistry
 
 import llmrt
 from llmrt import user_message
-from llmrt.actors._workers import (
-    SharedFigures,
-    merge_values,
-    retire,
-    retired,
-    runtime_statistics,
-)
+from llmrt.actors._worker_figures import SharedFigures, retire
+from llmrt.actors._worker_sum import merge_values, retired, runtime_statistics
 from llmrt.actors.gateway._metrics import Figures, metric_families
 from llmrt.actors.gateway._snapshot import GatewayValue, StatisticsValue, statistics_value
 from llmrt.adapters.demo import DemoAdapter
