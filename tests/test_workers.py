@@ -8,12 +8,14 @@ over plain HTTP. Which worker serves a connection is the kernel's choice
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 from pathlib import Path
 
 import attrs
 import msgspec
+import pytest
 import trio
 from _serving import (
     Served,
@@ -28,6 +30,7 @@ from _serving import (
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, FinishError, FinishStop
+from llmrt.actors._cli import main
 from llmrt.actors.client import open_gateway_client
 
 
@@ -220,3 +223,19 @@ async def test_workers_leave_when_their_supervisor_is_killed(tmp_path: Path) -> 
             return all(_gone(pid) for pid in pids.values())
 
         await poll(orphans_gone, within=20)
+
+
+def test_bad_worker_options_are_refused_before_any_process_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # In process: main returns before binding or spawning anything.
+    for argv, message in (
+        (["--workers", "-1"], "--workers must be >= 1"),
+        (["--drain-delay", "-1"], "--drain-delay must be >= 0"),
+        (["--shutdown-grace", "inf"], "--shutdown-grace must be >= 0"),
+        (["--workers", "2", "--host", "0.0.0.0"], "without a token"),
+    ):
+        out = io.StringIO()
+        assert main(["serve", "--port", "0", *argv], out=out, environ={}) == 2
+        assert message in capsys.readouterr().err
+        assert out.getvalue() == ""
