@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 import msgspec
 import trio
@@ -152,6 +152,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="the raw snapshot as JSON")
     return parser
+
+
+def parse_args(
+    argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """The parsed command line; ``args.argv`` keeps it as given (workers re-read it)."""
+    given = list(argv) if argv is not None else sys.argv[1:]
+    args = (parser or _parser()).parse_args(given)
+    args.argv = given
+    return args
 
 
 # ---- runtime set-up ----------------------------------------------------------------------
@@ -383,6 +393,22 @@ def _print_serving(
     out.flush()
 
 
+class ServeOptions(TypedDict):
+    """The `serve_gateway` keyword arguments that ``llmrt serve`` derives from its
+    command line, configuration and environment."""
+
+    token: str | None
+
+
+def serve_options(
+    args: argparse.Namespace, config: configuration.Config, environ: dict[str, str]
+) -> ServeOptions:
+    """What `serve_gateway` is given besides the address: the one place for it, so
+    that the single process and every worker (which re-reads the same command
+    line) serve alike."""
+    return ServeOptions(token=environ.get(args.token_env) or None)
+
+
 async def _serve_workers(
     args: argparse.Namespace,
     config: configuration.Config,
@@ -394,7 +420,7 @@ async def _serve_workers(
     from ._workers import supervise
     from .gateway._server import _is_loopback
 
-    token = environ.get(args.token_env) or None
+    token = serve_options(args, config, environ)["token"]
     if token is None and not _is_loopback(args.host):
         # What serve_gateway would refuse in every worker: refuse it once, here.
         raise ValueError(
@@ -406,8 +432,7 @@ async def _serve_workers(
         workers=n,
         host=args.host,
         port=args.port,
-        config_path=config.file,  # relative to the working directory, which workers share
-        token_env=args.token_env,
+        argv=args.argv,
         drain_delay=args.drain_delay,
         shutdown_grace=args.shutdown_grace,
         out=out,
@@ -431,10 +456,11 @@ async def _serve(
     _check_stop_options(args)
     if args.workers:
         return await _serve_workers(args, config, out, environ, task_status=task_status)
-    token = environ.get(args.token_env) or None
+    options = serve_options(args, config, environ)
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
+        serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
         server = await nursery.start(serve)
+        token = options["token"]
         _print_serving(out, config, server.url, "1 (this process)", token, args.token_env)
         task_status.started(server)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -584,7 +610,7 @@ def main(
 ) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv, parser)
     out = out or sys.stdout
     env = dict(os.environ if environ is None else environ)
     if args.command is None:

@@ -81,16 +81,19 @@ _READY = b"ready\n"
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker process is told on its command line (no secrets: the token
-    stays in the environment the worker inherits)."""
+    stays in the environment the worker inherits).
+
+    ``argv`` is the supervisor's own ``llmrt serve ...`` command line: the
+    worker parses it again, so that every ``serve`` option reaches every
+    worker through `llmrt.actors._cli.serve_options`, as in a single process.
+    Paths in it are relative to the working directory, which workers share.
+    """
 
     slot: int
-    host: str
+    #: The port the supervisor holds (``--port 0`` resolved).
     port: int
-    config: str | None
-    token_env: str
     figures_dir: str
-    drain_delay: float
-    shutdown_grace: float | None
+    argv: tuple[str, ...]
     snapshot_seconds: float = SNAPSHOT_SECONDS
 
 
@@ -120,14 +123,13 @@ async def _publish_every(
         await trio.sleep(seconds)
 
 
-async def run_worker(
-    spec: WorkerSpec, config: configuration.Config, environ: dict[str, str]
-) -> int:
+async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     """One worker: a gateway on the shared port until SIGTERM (or its supervisor leaves)."""
-    from ._cli import _configured_runtime, stop_gateway
+    from ._cli import _configured_runtime, parse_args, serve_options, stop_gateway
     from .gateway import serve_gateway
 
-    token = environ.get(spec.token_env) or None
+    args = parse_args(spec.argv)
+    config = configuration.load_config(args.config, environ=environ)
     shared = SharedFigures(Path(spec.figures_dir), spec.slot)
     stop = trio.Event()
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
@@ -135,11 +137,11 @@ async def run_worker(
         serve = partial(
             serve_gateway,
             rt,
-            spec.host,
+            args.host,
             spec.port,
-            token=token,
             reuse_port=True,
             metrics_combine=shared.combine,
+            **serve_options(args, config, environ),
         )
         server = await nursery.start(serve)
         publisher = trio.CancelScope()
@@ -152,7 +154,7 @@ async def run_worker(
         nursery.start_soon(_watch_stdin, stop)
         os.write(1, _READY)
         await stop.wait()
-        await stop_gateway(server, drain_delay=spec.drain_delay, grace=spec.shutdown_grace)
+        await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
         publisher.cancel()
         # The last figures, for the supervisor to fold into the retired sum.
         await trio.to_thread.run_sync(shared.publish, server.figures())
@@ -166,9 +168,7 @@ def worker_main(argv: Sequence[str]) -> int:
         print("usage: python -m llmrt.actors._workers SPEC (llmrt serve runs it)", file=sys.stderr)
         return 2
     spec = msgspec.json.decode(argv[0], type=WorkerSpec)
-    environ = dict(os.environ)
-    config = configuration.load_config(spec.config, environ=environ)
-    return trio.run(run_worker, spec, config, environ)
+    return trio.run(run_worker, spec, dict(os.environ))
 
 
 # ---- the supervisor ----------------------------------------------------------------------
@@ -294,8 +294,7 @@ async def supervise(
     workers: int,
     host: str,
     port: int,
-    config_path: str | None,
-    token_env: str,
+    argv: Sequence[str],
     drain_delay: float,
     shutdown_grace: float | None,
     out: TextIO,
@@ -303,6 +302,8 @@ async def supervise(
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run ``workers`` gateway processes on ``host``:``port`` until SIGTERM/SIGINT.
+
+    ``argv``: the ``llmrt serve`` command line, which each worker parses again.
 
     ``banner(url)`` prints what ``llmrt serve`` prints, once every worker serves.
     Calls ``task_status.started(port)`` once every worker is ready. Returns the
@@ -322,16 +323,7 @@ async def supervise(
         port = int(held[0].getsockname()[1])
 
         def spec(slot: int) -> WorkerSpec:
-            return WorkerSpec(
-                slot=slot,
-                host=host,
-                port=port,
-                config=config_path,
-                token_env=token_env,
-                figures_dir=str(figures_dir),
-                drain_delay=drain_delay,
-                shutdown_grace=shutdown_grace,
-            )
+            return WorkerSpec(slot=slot, port=port, figures_dir=str(figures_dir), argv=tuple(argv))
 
         sup = _Supervisor(spec=spec, out=out, figures_dir=figures_dir, workers=workers)
         url_host = f"[{host}]" if ":" in host else host
