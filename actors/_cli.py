@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 import attrs
 import msgspec
@@ -47,7 +47,7 @@ from ._abort import AbortController
 
 if TYPE_CHECKING:
     from ._config_schema import GatewayTable
-    from .gateway import Limits
+    from .gateway import GatewayServer, Limits
     from .gateway._snapshot import HistogramValue, StatisticsValue
 
 __all__ = ["main"]
@@ -134,6 +134,29 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="the largest websocket frame, either way (default 1 MiB, at least 4096)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N gateway processes sharing the port (SO_REUSEPORT), supervised: "
+        "a worker that dies is restarted (default: this process serves alone)",
+    )
+    serve.add_argument(
+        "--drain-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM, answer /readyz with 503 for this long while serving on, "
+        "before closing the listener (default 0)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="on SIGTERM, how long in-flight calls may run before they are aborted (default 5)",
+    )
 
     call = add("call", "Stream one call to the terminal.")
     call.add_argument("prompt", help="the user message")
@@ -192,6 +215,16 @@ def _connect_timeout_option(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"bound on connecting to the gateway of --via (default {DEFAULT_CONNECT_TIMEOUT:g})",
     )
+
+
+def parse_args(
+    argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """The parsed command line; ``args.argv`` keeps it as given (workers re-read it)."""
+    given = list(argv) if argv is not None else sys.argv[1:]
+    args = (parser or _parser()).parse_args(given)
+    args.argv = given
+    return args
 
 
 # ---- runtime set-up ----------------------------------------------------------------------
@@ -508,6 +541,99 @@ async def _call(
 # ---- serve -------------------------------------------------------------------------------
 
 
+async def stop_gateway(server: GatewayServer, *, drain_delay: float, grace: float | None) -> None:
+    """What SIGTERM does to a gateway: ``/readyz`` answers 503 for ``drain_delay``
+    seconds while everything serves on (a load balancer stops sending new
+    clients), then the listener closes, in-flight calls get ``grace`` seconds,
+    the rest end ``aborted`` and every websocket closes with 1001."""
+    server.drain()
+    if drain_delay > 0:
+        await trio.sleep(drain_delay)
+    await server.aclose(grace=grace)
+
+
+def _check_stop_options(args: argparse.Namespace) -> None:
+    if not 0 <= args.drain_delay < float("inf"):
+        raise ValueError(f"--drain-delay must be >= 0, got {args.drain_delay}")
+    if args.shutdown_grace is not None and not 0 <= args.shutdown_grace < float("inf"):
+        raise ValueError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
+    if args.workers < 0:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+
+
+def _print_serving(
+    out: TextIO,
+    config: configuration.Config,
+    url: str,
+    workers: str,
+    token: str | None,
+    token_env: str,
+) -> None:
+    out.write(f"llmrt {llmrt.__version__} gateway listening on {url}\n")
+    out.write(f"workers: {workers}\n")
+    out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
+    out.write("providers:\n")
+    for line in configuration.describe(config):
+        out.write(f"  {line}\n")
+    out.flush()
+
+
+class ServeOptions(TypedDict):
+    """The `serve_gateway` keyword arguments that ``llmrt serve`` derives from its
+    command line, configuration and environment."""
+
+    token: str | None
+    allow_origin: tuple[str, ...]
+    limits: Limits
+
+
+def serve_options(
+    args: argparse.Namespace, config: configuration.Config, environ: dict[str, str]
+) -> ServeOptions:
+    """What `serve_gateway` is given besides the address: the one place for it, so
+    that the single process and every worker (which re-reads the same command
+    line) serve alike."""
+    return ServeOptions(
+        token=environ.get(args.token_env) or None,
+        allow_origin=(*config.gateway.allow_origin, *args.allow_origin),
+        limits=_gateway_limits(args, config.gateway),
+    )
+
+
+async def _serve_workers(
+    args: argparse.Namespace,
+    config: configuration.Config,
+    out: TextIO,
+    environ: dict[str, str],
+    *,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    from ._workers import supervise
+    from .gateway._server import _is_loopback
+
+    token = serve_options(args, config, environ)["token"]
+    if token is None and not _is_loopback(args.host):
+        # What serve_gateway would refuse in every worker: refuse it once, here.
+        raise ValueError(
+            f"refusing to serve on the non-loopback host {args.host!r} without a token: "
+            f"set ${args.token_env} (clients then authenticate with a bearer token)"
+        )
+    n = args.workers
+    return await supervise(
+        workers=n,
+        host=args.host,
+        port=args.port,
+        argv=args.argv,
+        drain_delay=args.drain_delay,
+        shutdown_grace=args.shutdown_grace,
+        out=out,
+        banner=lambda url: _print_serving(
+            out, config, url, f"{n} (processes sharing the port)", token, args.token_env
+        ),
+        task_status=task_status,
+    )
+
+
 async def _serve(
     args: argparse.Namespace,
     config: configuration.Config,
@@ -526,31 +652,21 @@ async def _serve(
             f"set ${args.token_env} (or name another variable with --token-env); "
             "clients then present it as a bearer token"
         )
-    limits = _gateway_limits(args, config.gateway)
+    _check_stop_options(args)
+    if args.workers:
+        return await _serve_workers(args, config, out, environ, task_status=task_status)
+    options = serve_options(args, config, environ)
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        allow_origin = (*config.gateway.allow_origin, *args.allow_origin)
-        serve = functools.partial(
-            serve_gateway,
-            rt,
-            args.host,
-            args.port,
-            token=token,
-            allow_origin=allow_origin,
-            limits=limits,
-        )
+        serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
         server = await nursery.start(serve)
-        out.write(f"llmrt {llmrt.__version__} gateway listening on {server.url}\n")
-        out.write(f"auth: {'on (bearer token from $' + args.token_env + ')' if token else 'off'}\n")
-        out.write("providers:\n")
-        for line in configuration.describe(config):
-            out.write(f"  {line}\n")
-        out.flush()
+        token = options["token"]
+        _print_serving(out, config, server.url, "1 (this process)", token, args.token_env)
         task_status.started(server)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 out.write("shutting down\n")
                 out.flush()
-                await server.aclose()
+                await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
                 break
         nursery.cancel_scope.cancel()
     return 0
@@ -706,7 +822,7 @@ def main(
 ) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv, parser)
     out = out or sys.stdout
     env = dict(os.environ if environ is None else environ)
     if args.command is None:

@@ -1,8 +1,10 @@
-"""Operating llmrt: what metrics cost per chunk, beside the bare call path (and, later, scale-out).
+"""Operating llmrt: what metrics cost per chunk, and serving from workers and behind nginx.
 
-Run: ``python bench/bench_scaleout.py [--quick]`` (full: about 30 s on 2
-cores; ``--quick``: about 10 s). Prints one table per section and writes
-``bench/results/scaleout.json`` (``scaleout-quick.json`` with ``--quick``).
+Run: ``python bench/bench_scaleout.py [--quick] [--only SECTION]`` (full:
+about 90 s on 2 cores; ``--quick``: about 40 s). The scale-out section needs
+nginx (``apt-get install -y nginx``). Prints one table per section and
+writes ``bench/results/scaleout.json`` (``scaleout-quick.json`` with
+``--quick``).
 
 1. ``metrics``: the statistics that ``/metrics`` reads are kept on the call
    path; this section prices them, in one run:
@@ -26,18 +28,33 @@ cores; ``--quick``: about 10 s). Prints one table per section and writes
      the trio loop stalls while one runs, with the text written in the loop's
      thread and in a worker thread (what ``/metrics`` does).
 
-Scale-out rows (``llmrt serve --workers N`` behind SO_REUSEPORT, nginx in
-front) are added by the workers issue as further sections of `SECTIONS`.
+2. ``scaleout``: real processes, as deployed. Rows: one ``llmrt serve``
+   process; ``llmrt serve --workers N`` for N = 1, 2, 4 (one port,
+   SO_REUSEPORT); nginx (the distribution's package, the configuration of
+   ``docs/deploy.md``) in front of two single-process gateways. The clients
+   run in `LOAD_PROCESSES` other processes (``_load_client.py``): websockets
+   that run unpaced demo calls back to back, counting chunks received per
+   second, and one probe per client process timing a call's first chunk
+   (the demo produces it at once, so that time is what the serving path adds
+   under the load; p50 and p99). Each row shows its throughput per serving
+   process next to the single process's, from the same run. On a machine
+   with few cores the client processes compete with the workers for them:
+   read the per-process column with ``cpus`` in mind.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
+import sys
+import tempfile
 import time
 import timeit
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -63,8 +80,24 @@ from llmrt.actors.gateway._protocol import Limits
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 TARGET_METRICS_US_PER_CHUNK = 0.2
-FULL = {"long_chunks": 100_000, "short_calls": 1_000, "short_chunks": 100, "runs": 10}
-QUICK = {"long_chunks": 20_000, "short_calls": 300, "short_chunks": 100, "runs": 6}
+FULL = {
+    "long_chunks": 100_000,
+    "short_calls": 1_000,
+    "short_chunks": 100,
+    "runs": 10,
+    "load_seconds": 3,
+    "connections": 32,
+    "rounds": 3,
+}
+QUICK = {
+    "long_chunks": 20_000,
+    "short_calls": 300,
+    "short_chunks": 100,
+    "runs": 6,
+    "load_seconds": 2,
+    "connections": 16,
+    "rounds": 1,
+}
 #: Timings of one operation: the fastest of this many short runs. On a shared
 #: machine the fastest short run is the one nothing preempted.
 REPEAT = 50
@@ -434,13 +467,139 @@ def print_metrics(section: dict[str, Any]) -> None:
     )
 
 
-#: Sections of this benchmark: name -> (run, print). The workers issue adds
-#: its rows here.
+# ---- 2. scale-out ----------------------------------------------------------------------
+
+#: The process helpers the scale-out tests use (``serving``, ``running_nginx``).
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+LOAD_CLIENT = Path(__file__).resolve().parent / "_load_client.py"
+#: Client processes of each row (each runs half the connections and one probe).
+LOAD_PROCESSES = 2
+FAST_CONFIG = '[[provider]]\nroute = "fast"\nadapter = "demo"\n'
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _load(url: str, seconds: float, connections: int) -> dict[str, Any]:
+    """Run the load from `LOAD_PROCESSES` client processes at once; their sum."""
+    results: list[dict[str, Any]] = []
+    client = str(LOAD_CLIENT)
+    share = max(1, connections // LOAD_PROCESSES)
+
+    async def one() -> None:
+        done = await trio.run_process(
+            [sys.executable, client, url, str(seconds), str(share)], capture_stdout=True
+        )
+        results.append(json.loads(done.stdout))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(LOAD_PROCESSES):
+            nursery.start_soon(one)
+    first = [s for r in results for s in r["first_chunk_s"]]
+    elapsed = max(r["seconds"] for r in results)
+    chunks = sum(r["chunks"] for r in results)
+    return {
+        "chunks": chunks,
+        "calls": sum(r["calls"] for r in results),
+        "seconds": elapsed,
+        "chunks_per_s": chunks / elapsed,
+        "probes": len(first),
+        "first_chunk_ms_p50": 1e3 * _percentile(first, 0.5),
+        "first_chunk_ms_p99": 1e3 * _percentile(first, 0.99),
+    }
+
+
+async def scaleout_section(sizes: dict[str, int]) -> dict[str, Any]:
+    sys.path.insert(0, str(TESTS))
+    from _nginx import running_nginx
+    from _serving import serving
+
+    seconds, connections, rounds = sizes["load_seconds"], sizes["connections"], sizes["rounds"]
+    loads: dict[str, list[dict[str, Any]]] = {}
+    processes: dict[str, int] = {}
+    urls: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        config = directory / "llmrt.toml"
+        config.write_text(FAST_CONFIG)
+        # Every row's servers run at once (idle ones cost nothing) and the rows
+        # take turns, round after round: on a shared machine each row meets
+        # the same spread of neighbours' load.
+        async with AsyncExitStack() as stack:
+            single = await stack.enter_async_context(serving("--config", str(config)))
+            urls["single process"] = f"ws://127.0.0.1:{await single.port()}/"
+            processes["single process"] = 1
+            for n in (1, 2, 4):
+                served = await stack.enter_async_context(
+                    serving("--config", str(config), "--workers", str(n))
+                )
+                port = await served.port()
+                await served.expect(rf"^workers ready: {n}$")
+                urls[f"--workers {n}"] = f"ws://127.0.0.1:{port}/"
+                processes[f"--workers {n}"] = n
+            behind = [
+                await stack.enter_async_context(
+                    serving("--config", str(config), "--max-connections-per-peer", "1000")
+                )
+                for _ in range(2)
+            ]
+            ports = [await gateway.port() for gateway in behind]
+            nginx = await stack.enter_async_context(running_nginx(ports, directory))
+            urls["nginx -> 2 gateways"] = nginx.url
+            processes["nginx -> 2 gateways"] = 2
+            for _ in range(rounds):
+                for name, url in urls.items():
+                    loads.setdefault(name, []).append(await _load(url, seconds, connections))
+    rows: dict[str, dict[str, Any]] = {}
+    for name, runs in loads.items():
+        rows[name] = {
+            "processes": processes[name],
+            "runs": runs,
+            "chunks_per_s": median([r["chunks_per_s"] for r in runs]),
+            "first_chunk_ms_p50": median([r["first_chunk_ms_p50"] for r in runs]),
+            "first_chunk_ms_p99": median([r["first_chunk_ms_p99"] for r in runs]),
+        }
+    single_rate = rows["single process"]["chunks_per_s"]
+    for row in rows.values():
+        row["chunks_per_s_per_process"] = row["chunks_per_s"] / row["processes"]
+        row["per_process_vs_single"] = row["chunks_per_s_per_process"] / single_rate
+    return {
+        "load_seconds": seconds,
+        "connections": connections,
+        "rounds": rounds,
+        "client_processes": LOAD_PROCESSES,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+
+
+def print_scaleout(section: dict[str, Any]) -> None:
+    print(
+        f"\n2. scale-out: {section['connections']} websockets from "
+        f"{section['client_processes']} client processes, unpaced demo calls back to back "
+        f"for {section['load_seconds']} s, plus one probe call per 20 ms per client process "
+        f"(time to first chunk = what the serving path adds); median of {section['rounds']} "
+        f"rounds, rows taking turns; {section['cpus']} CPUs"
+    )
+    rows = [
+        [name, r["processes"], r["chunks_per_s"], r["chunks_per_s_per_process"],
+         r["per_process_vs_single"], r["first_chunk_ms_p50"], r["first_chunk_ms_p99"]]
+        for name, r in section["rows"].items()
+    ]  # fmt: skip
+    headers = ["serving", "processes", "chunks/s", "per process", "vs single",
+               "added ms p50", "added ms p99"]  # fmt: skip
+    print(table(headers, rows))
+
+
+#: Sections of this benchmark: name -> (run, print).
 SECTIONS: dict[
     str,
     tuple[Callable[[dict[str, int]], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], None]],
 ] = {
     "metrics": (metrics_section, print_metrics),
+    "scaleout": (scaleout_section, print_scaleout),
 }
 
 

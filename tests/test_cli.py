@@ -125,6 +125,7 @@ def test_serve_then_call_via_the_gateway_then_shut_down() -> None:
         assert "gateway listening on ws://127.0.0.1:" in head
         url = head.strip().rsplit(" ", 1)[-1]
         rest = _read_until(server, "demo")
+        assert "workers: 1 (this process)" in rest
         assert "auth: off" in rest
         code, text = run("call", "through the wire", "--via", url, "--no-color")
         assert code == 0

@@ -15,7 +15,7 @@ refusal causes by `RefusalCause`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -38,7 +38,7 @@ from ._snapshot import GatewayValue
 if TYPE_CHECKING:
     from ._connection import GatewayState
 
-__all__ = ["GatewayMetrics", "ATTEMPT_BUCKETS", "Figures", "metric_families"]
+__all__ = ["GatewayMetrics", "ATTEMPT_BUCKETS", "Combine", "Figures", "metric_families"]
 
 _KNOWN_CODES = frozenset(str(code) for code in (*ErrorCode, *GatewayErrorCode))
 #: Bucket bounds of the retried calls' attempt counts.
@@ -243,14 +243,25 @@ def metric_families(figures: Figures) -> list[Metric]:
     return [info, *_runtime_families(figures.runtime), *_gateway_families(figures.gateway)]
 
 
+#: Turns this gateway's figures into every family a scrape exports, e.g. summed
+#: with other worker processes' (``llmrt.actors._workers``). Runs in the
+#: scrape's worker thread, so it may read files.
+Combine = Callable[[Figures], Sequence[Metric]]
+
+
 @attrs.define(eq=False)
 class _Collector:
     """Exports the figures of the scrape in progress (`GatewayMetrics` sets them)."""
 
+    combine: Combine | None = None
     figures: Figures | None = None
 
     def collect(self) -> Iterable[Metric]:
-        return metric_families(self.figures) if self.figures is not None else []
+        if self.figures is None:
+            return []
+        if self.combine is not None:
+            return self.combine(self.figures)
+        return metric_families(self.figures)
 
 
 @attrs.define(eq=False)
@@ -264,11 +275,14 @@ class GatewayMetrics:
     """
 
     state: GatewayState
+    #: None: this gateway's own figures; else see `Combine`.
+    combine: Combine | None = None
     registry: CollectorRegistry = attrs.field(init=False)
     _collector: _Collector = attrs.field(factory=_Collector, init=False)
     _turn: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self._collector.combine = self.combine
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self._collector)
 

@@ -45,7 +45,8 @@ from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._counters import RefusalCause
 from ._front import FrontDoor, ReplayStream, serve_stream
-from ._metrics import GatewayMetrics
+from ._listen import open_reuseport_listeners
+from ._metrics import Combine, Figures, GatewayMetrics
 from ._origin import OriginPolicy, Refusal
 from ._protocol import (
     FRAME_BYTES_HEADER,
@@ -144,6 +145,10 @@ class GatewayServer:
     def refused(self, cause: RefusalCause) -> None:
         """Count a request refused by a check outside this module (e.g. ``origin``)."""
         self._state.refused(cause)
+
+    def figures(self) -> Figures:
+        """This gateway's figures now: the runtime's statistics and the gateway's counters."""
+        return Figures.read(self._state)
 
     def metrics_text(self) -> bytes:
         """What ``GET /metrics`` would answer now (Prometheus text format)."""
@@ -331,6 +336,8 @@ async def serve_gateway(
     limits: Limits | None = None,
     listeners: Sequence[trio.SocketListener] | None = None,
     allow_origin: Sequence[str] = (),
+    reuse_port: bool = False,
+    metrics_combine: Combine | None = None,
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -348,6 +355,12 @@ async def serve_gateway(
     binding ``host``/``port`` (e.g. one ``SO_REUSEPORT`` socket per worker
     process); the gateway takes them over and closes them when it stops.
     ``host`` and ``port`` are then read from the first listener.
+
+    ``reuse_port``: bind with ``SO_REUSEPORT``, so that other processes may
+    serve the same port (``llmrt serve --workers``; see ``_listen``).
+
+    ``metrics_combine``: what ``/metrics`` exports instead of this gateway's
+    own figures (the workers' sum; see `Combine`).
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -383,7 +396,7 @@ async def serve_gateway(
         token=token.encode() if token is not None else None,
         policy=policy,
     )
-    metrics = GatewayMetrics(state)
+    metrics = GatewayMetrics(state, combine=metrics_combine)
     front = FrontDoor(
         ready=lambda: state.ready,
         metrics=metrics.render,
@@ -412,11 +425,12 @@ async def serve_gateway(
         conns: trio.Nursery, *, task_status: trio.TaskStatus[list[trio.SocketListener]]
     ) -> None:
         with listener:
-            bound = (
-                list(listeners)
-                if listeners is not None
-                else await trio.open_tcp_listeners(port, host=host)
-            )
+            if listeners is not None:
+                bound = list(listeners)
+            elif reuse_port:
+                bound = await open_reuseport_listeners(host, port)
+            else:
+                bound = await trio.open_tcp_listeners(port, host=host)
             await trio.serve_listeners(
                 handler, bound, handler_nursery=conns, task_status=task_status
             )

@@ -1,0 +1,157 @@
+"""Summing workers' statistics for `/metrics` (`_worker_sum`, `_worker_figures`), in process.
+
+The wire value round-trips to the same exposition text, a sum adds counters,
+histograms and gauges, a retired worker keeps its counters and drops its
+gauges, and a scrape sums its own fresh figures with the other workers' files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+from prometheus_client import generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+import llmrt
+from llmrt import user_message
+from llmrt.actors._worker_figures import SharedFigures, retire
+from llmrt.actors._worker_sum import merge_values, retired, runtime_statistics
+from llmrt.actors.gateway._metrics import Figures, metric_families
+from llmrt.actors.gateway._snapshot import GatewayValue, StatisticsValue, statistics_value
+from llmrt.adapters.demo import DemoAdapter
+
+
+class _Families:
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Sequence[Metric]:
+        return self.families
+
+
+def exposition(families: Sequence[Metric]) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry).decode()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    raise AssertionError(f"no {name} {labels}")
+
+
+GATEWAY = GatewayValue(
+    ready=True,
+    connections=2,
+    accepted=5,
+    live_requests=1,
+    refused={"auth": 1},
+    frames_received=10,
+    frames_sent=40,
+    bytes_received=1000,
+    bytes_sent=9000,
+    http_requests={"/metrics": 3},
+)
+
+
+async def figures_after_calls() -> Figures:
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["demo"], DemoAdapter())
+        await rt.register_adapter(["paced"], DemoAdapter(tokens_per_second=20))
+        options = llmrt.GenerateOptions(
+            provider="demo", model="demo-1", messages=(user_message("hi"),)
+        )
+        for _ in range(3):
+            async with rt.stream(options) as call:
+                async for _chunk in call:
+                    pass
+        paced = msgspec.structs.replace(options, provider="paced")
+        async with rt.stream(paced) as call:
+            async for _chunk in call:
+                call.abort()
+        return Figures("0-test", rt.statistics(), GATEWAY)
+
+
+async def test_the_wire_value_round_trips_to_the_same_text() -> None:
+    figures = await figures_after_calls()
+    value = statistics_value(figures.runtime, figures.gateway)
+    again = Figures(figures.version, runtime_statistics(value), GATEWAY)
+    direct = exposition(metric_families(figures))
+    assert exposition(metric_families(again)) == direct
+    assert sample(direct, "llmrt_calls_started_total", provider="demo") == 3
+    assert sample(direct, "llmrt_abort_to_finish_seconds_count") == 1
+
+
+async def test_a_sum_adds_counters_histograms_and_gauges() -> None:
+    figures = await figures_after_calls()
+    one = statistics_value(figures.runtime, figures.gateway)
+    two = merge_values([one, one])
+    assert two.calls_started == 2 * one.calls_started
+    assert two.chunks_forwarded == 2 * one.chunks_forwarded
+    assert two.calls_finished == {k: 2 * n for k, n in one.calls_finished.items()}
+    assert two.registrations == one.registrations == 2  # every worker registers the same routes
+    assert len(two.call_duration) == len(one.call_duration) == 2  # demo and paced
+    for summed, single in zip(two.call_duration, one.call_duration, strict=True):
+        assert (summed.provider, summed.model) == (single.provider, single.model)
+        assert summed.histogram.count == 2 * single.histogram.count
+        assert summed.histogram.sum == 2 * single.histogram.sum
+    assert two.abort_to_finish is not None and one.abort_to_finish is not None
+    assert two.abort_to_finish.count == 2 * one.abort_to_finish.count == 2
+    assert two.gateway is not None
+    assert two.gateway.connections == 4
+    assert two.gateway.refused == {"auth": 2}
+    assert two.gateway.ready
+    draining = msgspec.structs.replace(one, gateway=msgspec.structs.replace(GATEWAY, ready=False))
+    merged_gateway = merge_values([one, draining]).gateway
+    assert merged_gateway is not None and not merged_gateway.ready
+
+
+async def test_a_retired_worker_keeps_counters_and_drops_gauges() -> None:
+    figures = await figures_after_calls()
+    value = msgspec.structs.replace(
+        statistics_value(figures.runtime, figures.gateway), calls_in_flight=3
+    )
+    gone = retired(value)
+    assert gone.calls_in_flight == 0
+    assert gone.gateway is not None and gone.gateway.connections == 0
+    assert gone.gateway.live_requests == 0
+    assert gone.calls_started == value.calls_started
+    assert gone.gateway.accepted == GATEWAY.accepted
+
+
+def _write(path: Path, slot: int, pid: int, value: StatisticsValue) -> None:
+    path.write_bytes(msgspec.json.encode({"slot": slot, "pid": pid, "value": value}))
+
+
+async def test_a_scrape_sums_its_own_figures_with_the_other_workers_files(tmp_path: Path) -> None:
+    figures = await figures_after_calls()
+    value = statistics_value(figures.runtime, figures.gateway)
+    # Two other workers: one alive, one dead and folded into retired.json.
+    _write(tmp_path / "worker-1-101.json", 1, 101, value)
+    _write(tmp_path / "worker-2-102.json", 2, 102, value)
+    retire(tmp_path, 2, 102)
+    assert not (tmp_path / "worker-2-102.json").exists()
+    assert (tmp_path / "retired.json").exists()
+    (tmp_path / "junk.json").write_text("not a snapshot")  # ignored
+
+    own = SharedFigures(tmp_path, slot=0, pid=100)
+    text = exposition(own.combine(figures))
+    assert sample(text, "llmrt_calls_started_total", provider="demo") == 3 * 3
+    assert sample(text, "llmrt_gateway_connections") == 2 * GATEWAY.connections  # dead: 0
+    assert sample(text, "llmrt_gateway_connections_accepted_total") == 3 * GATEWAY.accepted
+    assert sample(text, "llmrt_gateway_workers") == 2
+    assert sample(text, "llmrt_gateway_worker_connections", worker="1") == 2
+
+    # A worker publishes what a scrape on another one reads.
+    own.publish(figures)
+    other = SharedFigures(tmp_path, slot=1, pid=101)
+    text = exposition(other.combine(figures))
+    assert sample(text, "llmrt_calls_started_total", provider="demo") == 3 * 3
+    assert sample(text, "llmrt_gateway_worker_calls_started_total", worker="0") == 4
