@@ -40,6 +40,7 @@ from ._http import (
     KeyRedaction,
     SSEFeed,
     make_client,
+    pool_counts,
     read_api_key,
     stream_events,
 )
@@ -170,6 +171,9 @@ class OpenAIChatAdapter(Adapter):
         if spec is None:
             return ResolvedModelInfo(provider=provider, id=model, name=model)
         return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
 
     async def aclose(self) -> None:
         await self._client.aclose()
