@@ -33,6 +33,7 @@ from llmrt import (
     FinishError,
     GenerateOptions,
     LlmError,
+    Middleware,
     ReasoningDelta,
     RetryScheduled,
     StreamChunk,
@@ -94,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"environment variable holding the bearer token (default {DEFAULT_TOKEN_ENV}); "
         "when it is set, clients must present the token. Required beyond loopback.",
+    )
+    serve.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace every call with OpenTelemetry (needs llmrt[otel]; spans and metrics go "
+        "to the globally configured providers, e.g. under opentelemetry-instrument)",
     )
 
     call = add("call", "Stream one call to the terminal.")
@@ -467,6 +474,15 @@ async def _call(
 # ---- serve -------------------------------------------------------------------------------
 
 
+def _otel_middleware() -> Middleware:
+    """The OpenTelemetry middleware of ``serve --otel``; a clear error without the extra."""
+    try:
+        from .otel import otel_middleware
+    except ImportError:
+        raise ValueError('--otel needs the OpenTelemetry API: pip install "llmrt[otel]"') from None
+    return otel_middleware()
+
+
 async def _serve(
     args: argparse.Namespace,
     config: configuration.Config,
@@ -485,11 +501,18 @@ async def _serve(
             f"set ${args.token_env} (or name another variable with --token-env); "
             "clients then present it as a bearer token"
         )
+    tracing = _otel_middleware() if getattr(args, "otel", False) else None
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        if tracing is not None:
+            rt.use(tracing)
         serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
         server = await nursery.start(serve)
         out.write(f"llmrt {llmrt.__version__} gateway listening on {server.url}\n")
         out.write(f"auth: {'on (bearer token from $' + args.token_env + ')' if token else 'off'}\n")
+        if tracing is not None:
+            out.write(
+                "tracing: OpenTelemetry (GenAI conventions; call frames may carry traceparent)\n"
+            )
         out.write("providers:\n")
         for line in configuration.describe(config):
             out.write(f"  {line}\n")

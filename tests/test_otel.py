@@ -530,3 +530,69 @@ def test_llmrt_imports_without_opentelemetry() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "otel needs the extra"
+
+
+_SERVE_OTEL = """
+import io, os, signal, sys, trio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import llmrt
+from llmrt.actors import _cli, config as configuration
+from llmrt.actors.client import open_gateway_client
+
+# What opentelemetry-instrument (or the application) does: global SDK providers.
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+async def main():
+    args = _cli._parser().parse_args(["serve", "--port", "0", "--otel"])
+    out = io.StringIO()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(_cli._serve, args, configuration.load_config(None), out, {})
+        async with open_gateway_client(server.url) as client:
+            options = llmrt.GenerateOptions(
+                provider="demo", model="demo-1", messages=(llmrt.user_message("hi"),)
+            )
+            async with client.stream(options, traceparent=sys.argv[1]) as call:
+                async for _ in call:
+                    pass
+        os.kill(os.getpid(), signal.SIGINT)  # how serve is stopped: it drains and returns
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    print(f"{span.context.trace_id:032x} {span.parent.span_id:016x}", span.name)
+    print([line for line in out.getvalue().splitlines() if line.startswith("tracing:")])
+
+trio.run(main)
+"""
+
+
+def test_serve_otel_traces_calls_into_the_global_providers() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_OTEL, TRACEPARENT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    spans, banner = done.stdout.splitlines()
+    assert spans == f"{TRACE_ID} {PARENT_ID} chat demo-1"
+    assert "OpenTelemetry" in banner
+
+
+def test_serve_otel_without_the_extra_says_how_to_get_it() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "from llmrt.actors._cli import main\n"
+        "sys.exit(main(['serve', '--port', '0', '--otel'], environ={}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert 'pip install "llmrt[otel]"' in done.stderr
+    assert "listening" not in done.stdout
