@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from importlib import resources
 from typing import Any
 
 import h11
@@ -121,7 +122,11 @@ async def test_each_route_answers_with_its_status_and_content_type() -> None:
             assert page.headers["x-content-type-options"] == "nosniff"
             assert page.headers["cache-control"] == "no-cache"
             assert page.headers["content-security-policy"].startswith("default-src 'none'")
-            assert b"<html" in page.body
+            shipped = resources.files("llmrt.actors.gateway").joinpath("playground", "index.html")
+            assert page.body == shipped.read_bytes()  # the package data file, as installed
+            assert page.headers["content-security-policy"] == (
+                content_security_policy(page.body).decode()
+            )
 
             health = await request(server, "/healthz")
             assert (health.status, health.body) == (200, b"ok\n")

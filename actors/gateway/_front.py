@@ -246,7 +246,9 @@ class ReplayStream(trio.abc.Stream):
     """A socket stream that first returns ``prefix`` (bytes already read from it).
 
     Adds nothing per frame: sending is the socket stream's own method, and
-    so is receiving once the prefix is consumed.
+    so is receiving once the prefix is consumed. trio-websocket cannot tell
+    the peer's address through it (its ``request.remote`` is a string):
+    `peer` is that address.
     """
 
     def __init__(self, inner: trio.SocketStream, prefix: bytes) -> None:
@@ -276,12 +278,16 @@ class ReplayStream(trio.abc.Stream):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def __repr__(self) -> str:
+    @property
+    def peer(self) -> str:
+        """The client's IP address (``"?"`` once the socket is closed)."""
         try:
-            peer = self._inner.socket.getpeername()
+            return str(self._inner.socket.getpeername()[0])
         except OSError:
-            peer = "?"
-        return f"<websocket stream from {peer}>"
+            return "?"
+
+    def __repr__(self) -> str:
+        return f"<websocket stream from {self.peer}>"
 
 
 class _Closed(Exception):

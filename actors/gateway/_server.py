@@ -154,8 +154,10 @@ async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
     await request.reject(status, extra_headers=headers, body=body.encode())
 
 
-async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketConnection | None:
-    """One websocket. Its failures end it alone, never the gateway.
+async def _handle(
+    state: GatewayState, request: WebSocketRequest, peer: str
+) -> WebSocketConnection | None:
+    """One websocket from address ``peer``. Its failures end it alone, never the gateway.
 
     Returns the websocket when it was accepted (for the caller to close).
     """
@@ -165,7 +167,7 @@ async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketCo
     except ConnectionClosed:
         pass  # the client left during the handshake
     except Exception:
-        log.exception("a gateway connection failed")
+        log.exception("a gateway connection from %s failed", peer)
     return accepted[0] if accepted else None
 
 
@@ -227,7 +229,7 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
             if handshake.cancelled_caught:
                 state.refused(RefusalCause.TIMEOUT)
             else:
-                ws = await _handle(state, request)
+                ws = await _handle(state, request, stream.peer)
                 if ws is not None:
                     with trio.move_on_after(limits.close_timeout):
                         await ws.aclose()
