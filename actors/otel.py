@@ -265,34 +265,34 @@ class OtelMiddleware:
         """Finish the span and record the metrics, once per call. Never raises."""
         kind, reason, error = outcome
         duration = time.monotonic() - started
-        span.set_attribute(FINISH_KIND, kind)
+        # One set_attributes call: the SDK takes its span lock once.
+        attributes: dict[str, AttributeValue] = {FINISH_KIND: kind}
         if reason is not None:
-            span.set_attribute(RESPONSE_FINISH_REASONS, [reason])
+            attributes[RESPONSE_FINISH_REASONS] = [reason]
             # llmrt serves exactly the model asked for (no aliasing on the wire).
-            span.set_attribute(RESPONSE_MODEL, request.model)
+            attributes[RESPONSE_MODEL] = request.model
         if first_chunk is not None:
-            span.set_attribute(RESPONSE_TIME_TO_FIRST_CHUNK, first_chunk)
+            attributes[RESPONSE_TIME_TO_FIRST_CHUNK] = first_chunk
         tokens: tuple[int, int] | None = None
         if usage is not None:
             cache_read = usage.cache_read_tokens or 0
             cache_write = usage.cache_write_tokens or 0
             # The conventions count cached input inside the input tokens; llmrt
             # keeps the three disjoint (see TokenUsage), so add them up.
-            input_tokens = usage.input_tokens + cache_read + cache_write
-            output_tokens = usage.output_tokens
-            tokens = (input_tokens, output_tokens)
-            span.set_attribute(USAGE_INPUT_TOKENS, input_tokens)
-            span.set_attribute(USAGE_OUTPUT_TOKENS, output_tokens)
+            tokens = (usage.input_tokens + cache_read + cache_write, usage.output_tokens)
+            attributes[USAGE_INPUT_TOKENS] = tokens[0]
+            attributes[USAGE_OUTPUT_TOKENS] = tokens[1]
             if usage.cache_read_tokens is not None:
-                span.set_attribute(USAGE_CACHE_READ_INPUT_TOKENS, usage.cache_read_tokens)
+                attributes[USAGE_CACHE_READ_INPUT_TOKENS] = usage.cache_read_tokens
             if usage.cache_write_tokens is not None:
-                span.set_attribute(USAGE_CACHE_CREATION_INPUT_TOKENS, usage.cache_write_tokens)
+                attributes[USAGE_CACHE_CREATION_INPUT_TOKENS] = usage.cache_write_tokens
             if usage.reasoning_tokens is not None:
-                span.set_attribute(USAGE_REASONING_OUTPUT_TOKENS, usage.reasoning_tokens)
+                attributes[USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
         if error is not None:
-            span.set_attribute(ERROR_TYPE, error)
+            attributes[ERROR_TYPE] = error
             # The code only: a failure's message is redacted after middleware runs.
             span.set_status(Status(StatusCode.ERROR, error))
+        span.set_attributes(attributes)
         span.end()
 
         # Metric attributes: the call's bounded labels (unknown providers and
