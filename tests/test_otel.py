@@ -32,6 +32,7 @@ from llmrt import (
     FinishToolCalls,
     GenerateOptions,
     LlmError,
+    NormalRetryPolicy,
     StreamChunk,
     TextDelta,
     TokenUsage,
@@ -415,7 +416,7 @@ async def test_a_client_traceparent_parents_the_gateway_runtimes_span(
 
 
 async def test_a_traceparent_reaches_every_attempt_of_a_retried_call(
-    telemetry: Telemetry, autojump_clock: trio.testing.MockClock
+    telemetry: Telemetry,
 ) -> None:
     attempts = 0
 
@@ -428,7 +429,8 @@ async def test_a_traceparent_reaches_every_attempt_of_a_retried_call(
 
     async with llmrt.open_runtime() as rt:
         rt.use(telemetry.middleware())
-        await rt.register_adapter(["p"], ScriptedAdapter(script))
+        fast = NormalRetryPolicy(initial_delay_ms=5, max_delay_ms=5, jitter_ratio=0)
+        await rt.register_adapter(["p"], ScriptedAdapter(script, retry_policy=fast))
         async with gateway(rt) as server, open_gateway_client(server.url) as client:
             async with client.stream_with_retry(options(), traceparent=TRACEPARENT) as call:
                 _events = [event async for event in call]
