@@ -115,6 +115,16 @@ _KIND: Mapping[type, str] = {
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
+#: Bounds on what callers choose (a gateway client sends any model name or
+#: stop list up to the frame size): strings recorded are cut at this many
+#: characters, and at most `MAX_STOPS` stop sequences are recorded.
+MAX_TEXT = 256
+MAX_STOPS = 8
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "\u2026"
+
 
 def current_traceparent() -> str | None:
     """The W3C ``traceparent`` of the current span (None when no span is recording).
@@ -180,21 +190,20 @@ class OtelMiddleware:
         call = current_call()
         traceparent = TRACEPARENT.get()
         parent = None if traceparent is None else _PROPAGATOR.extract({"traceparent": traceparent})
-        provider = self._provider_names.get(request.provider, request.provider)
+        provider = _bounded(self._provider_names.get(request.provider, request.provider))
+        model = _bounded(request.model)
         attributes: dict[str, AttributeValue] = {
             OPERATION_NAME: OPERATION,
             PROVIDER_NAME: provider,
-            REQUEST_MODEL: request.model,
+            REQUEST_MODEL: model,
         }
         if request.max_tokens is not None:
             attributes[REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = request.temperature
         if request.stop:
-            attributes[REQUEST_STOP_SEQUENCES] = list(request.stop)
-        span = self._tracer.start_span(
-            f"{OPERATION} {request.model}", parent, SpanKind.CLIENT, attributes
-        )
+            attributes[REQUEST_STOP_SEQUENCES] = [_bounded(s) for s in request.stop[:MAX_STOPS]]
+        span = self._tracer.start_span(f"{OPERATION} {model}", parent, SpanKind.CLIENT, attributes)
         if call is not None:
             # The call task's context is its own copy and ends with the task, so
             # the span stays current for everything below without a detach
@@ -270,7 +279,7 @@ class OtelMiddleware:
         if reason is not None:
             attributes[RESPONSE_FINISH_REASONS] = [reason]
             # llmrt serves exactly the model asked for (no aliasing on the wire).
-            attributes[RESPONSE_MODEL] = request.model
+            attributes[RESPONSE_MODEL] = _bounded(request.model)
         if first_chunk is not None:
             attributes[RESPONSE_TIME_TO_FIRST_CHUNK] = first_chunk
         tokens: tuple[int, int] | None = None
@@ -298,6 +307,7 @@ class OtelMiddleware:
         # Metric attributes: the call's bounded labels (unknown providers and
         # models folded, as on /metrics), so callers cannot grow the series.
         route, model = call.labels if call is not None else (request.provider, request.model)
+        route, model = _bounded(route), _bounded(model)
         labels: dict[str, AttributeValue] = {
             OPERATION_NAME: OPERATION,
             PROVIDER_NAME: self._provider_names.get(route, route),

@@ -338,6 +338,52 @@ async def test_current_traceparent_is_the_current_span_in_w3c_form(telemetry: Te
         )
 
 
+async def test_what_callers_choose_is_recorded_within_bounds(telemetry: Telemetry) -> None:
+    huge = "m" * 5000
+    async with llmrt.open_runtime() as rt:
+        rt.use(telemetry.middleware())
+        await rt.register_adapter(["p"], ScriptedAdapter(text_script(["a"])))
+        opts = GenerateOptions(
+            provider="p",
+            model=huge,
+            messages=(llmrt.user_message("hi"),),
+            stop=tuple(f"stop-{i}-" + "x" * 1000 for i in range(50)),
+        )
+        await collect(rt, opts)
+    span = telemetry.span()
+    attributes = attrs_of(span)
+    assert len(span.name) <= 5 + 256
+    assert len(attributes["gen_ai.request.model"]) == 256
+    assert attributes["gen_ai.request.model"].startswith("mmm")
+    assert len(attributes["gen_ai.response.model"]) == 256
+    stops = attributes["gen_ai.request.stop_sequences"]
+    assert len(stops) == 8 and all(len(stop) <= 256 for stop in stops)
+    assert stops[0].startswith("stop-0-")
+
+
+async def test_a_middleware_sees_its_call_and_nothing_outside_one() -> None:
+    from llmrt.actors._call import current_call
+
+    seen: list[object] = []
+
+    async def look(request: GenerateOptions, nxt: llmrt.actors.Next) -> AsyncIterator[StreamChunk]:
+        seen.append(current_call())
+        async for chunk in nxt(request):
+            yield chunk
+
+    assert current_call() is None
+    async with llmrt.open_runtime() as rt:
+        rt.use(look)
+        await rt.register_adapter(["p"], ScriptedAdapter(text_script(["a"])))
+        async with rt.stream(options()) as call:
+            async for _ in call:
+                pass
+        assert seen == [call]
+        assert call.labels == ("p", "m-1")
+        assert call.stopped_by is None  # it finished by itself
+    assert current_call() is None
+
+
 # ---- metrics -----------------------------------------------------------------------------------
 
 
