@@ -11,7 +11,7 @@ application installs and configures the SDK and its exporters, or runs under
 
 Each call gets a span named ``chat {model}`` (kind CLIENT) with the attributes
 of the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, ``error.type``
-= the llmrt failure code), a ``gen_ai.first_chunk`` event at the first chunk,
+= the llmrt failure code), a ``llmrt.first_chunk`` event at the first chunk,
 and records ``gen_ai.client.operation.duration``,
 ``gen_ai.client.operation.time_to_first_chunk`` and
 ``gen_ai.client.token.usage``. docs/operations.md ("Tracing") lists them all.
@@ -84,7 +84,8 @@ ERROR_TYPE: Final = "error.type"
 FINISH_KIND: Final = "llmrt.finish.kind"
 
 OPERATION: Final = "chat"
-FIRST_CHUNK_EVENT: Final = "gen_ai.first_chunk"
+#: The conventions define no first-chunk event: it is named in llmrt's namespace.
+FIRST_CHUNK_EVENT: Final = "llmrt.first_chunk"
 
 OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
 TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"

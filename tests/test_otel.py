@@ -148,7 +148,7 @@ async def test_a_finished_call_has_one_client_span_with_the_genai_attributes(
     }
     assert attrs_of(span)["gen_ai.response.time_to_first_chunk"] >= 0
     (event,) = span.events
-    assert event.name == "gen_ai.first_chunk"
+    assert event.name == "llmrt.first_chunk"
     assert span.start_time is not None and span.end_time is not None
     assert span.start_time <= event.timestamp <= span.end_time
     assert event.attributes == {
@@ -241,7 +241,7 @@ async def test_an_abort_ends_the_span_with_the_abort_code(telemetry: Telemetry) 
     span = telemetry.span()
     assert attrs_of(span)["error.type"] == "ABORTED"
     assert attrs_of(span)["llmrt.finish.kind"] == "aborted"
-    assert [e.name for e in span.events] == ["gen_ai.first_chunk"]
+    assert [e.name for e in span.events] == ["llmrt.first_chunk"]
     assert span.status.status_code is StatusCode.ERROR
 
 
