@@ -26,6 +26,7 @@ Guarantees (each a test):
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
     from ._runtime import RuntimeCore
     from ._stats import CallSeries
 
-__all__ = ["Call", "Next", "Middleware", "PreparedTarget", "aborted_message"]
+__all__ = ["Call", "Next", "Middleware", "PreparedTarget", "aborted_message", "current_call"]
 
 log = logging.getLogger("llmrt.actors")
 
@@ -84,6 +85,12 @@ Next = Callable[[GenerateOptions], AsyncIterator[StreamChunk]]
 #: generator that iterates ``next(request)`` (possibly with another request),
 #: wraps it, or yields its own chunks without calling ``next`` at all.
 Middleware = Callable[[GenerateOptions, Next], AsyncIterator[StreamChunk]]
+
+#: The call whose task runs a middleware chain. Set in the call task only when
+#: there is a chain (one context-variable write per call), so a middleware can
+#: learn what its stream alone cannot tell: why it was cancelled (abort or
+#: timeout) and the call's bounded metric labels. Read it with `current_call`.
+_CURRENT_CALL: contextvars.ContextVar[Call] = contextvars.ContextVar("llmrt_current_call")
 
 _CONTENT = frozenset({BlockStart, TextDelta, ReasoningDelta, ToolCallDelta, BlockEnd})
 #: How long closing an adapter's iterator may take after a call ended.
@@ -196,6 +203,27 @@ class Call:
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
+
+    @property
+    def stopped_by(self) -> Finish | None:
+        """The finish chosen by an abort, the idle watchdog or shutdown; None while none was.
+
+        Set before the call's work is cancelled, so a middleware whose stream
+        was cancelled reads here why (its ``code``: ``ABORTED``, ``TIMEOUT``, ...).
+        """
+        return self._cause
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        """The call's (provider, model) as its statistics count it: bounded label values.
+
+        Unknown providers and models past the per-provider bound are folded
+        into one value, as on ``/metrics``. Only meaningful once the call started.
+        """
+        series = self._series
+        if series is None:
+            return (self.options.provider, self.options.model)
+        return (series.provider, series.model)
 
     @property
     def adapter_error(self) -> Exception | None:
@@ -363,6 +391,7 @@ class Call:
                                 adapter, options = selected  # type: ignore[misc]
                                 source = adapter.stream(options)
                         else:
+                            _CURRENT_CALL.set(self)  # the call task's own context
                             source = self._chain()(self.options)
                         if source is not None:
                             async for chunk in source:
@@ -568,6 +597,16 @@ class Call:
         if self._signal is not None and self._signal_key is not None:
             self._signal._unsubscribe(self._signal_key)
             self._signal_key = None
+
+
+def current_call() -> Call | None:
+    """The call whose middleware chain is running in this task (None outside one).
+
+    For middleware: the stream says what the adapter sent; the call says what
+    stopped it when it was cancelled (`Call.stopped_by`) and its bounded
+    labels (`Call.labels`).
+    """
+    return _CURRENT_CALL.get(None)
 
 
 def _link(middleware: Middleware, inner: Next) -> Next:

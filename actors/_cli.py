@@ -33,6 +33,7 @@ from llmrt import (
     FinishError,
     GenerateOptions,
     LlmError,
+    Middleware,
     ReasoningDelta,
     RetryScheduled,
     StreamChunk,
@@ -156,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight calls may run before they are aborted (default 5)",
+    )
+    serve.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace every call with OpenTelemetry (needs llmrt[otel]; spans and metrics go "
+        "to the globally configured providers, e.g. under opentelemetry-instrument)",
     )
 
     call = add("call", "Stream one call to the terminal.")
@@ -568,10 +575,13 @@ def _print_serving(
     workers: str,
     token: str | None,
     token_env: str,
+    tracing: bool = False,
 ) -> None:
     out.write(f"llmrt {llmrt.__version__} gateway listening on {url}\n")
     out.write(f"workers: {workers}\n")
     out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
+    if tracing:
+        out.write("tracing: OpenTelemetry (GenAI conventions; call frames may carry traceparent)\n")
     out.write("providers:\n")
     for line in configuration.describe(config):
         out.write(f"  {line}\n")
@@ -628,10 +638,31 @@ async def _serve_workers(
         shutdown_grace=args.shutdown_grace,
         out=out,
         banner=lambda url: _print_serving(
-            out, config, url, f"{n} (processes sharing the port)", token, args.token_env
+            out,
+            config,
+            url,
+            f"{n} (processes sharing the port)",
+            token,
+            args.token_env,
+            bool(getattr(args, "otel", False)),
         ),
         task_status=task_status,
     )
+
+
+def _otel_middleware() -> Middleware:
+    """The OpenTelemetry middleware of ``serve --otel``; a clear error without the extra."""
+    try:
+        from .otel import otel_middleware
+    except ImportError:
+        raise ValueError('--otel needs the OpenTelemetry API: pip install "llmrt[otel]"') from None
+    return otel_middleware()
+
+
+def serve_middleware(args: argparse.Namespace) -> list[Middleware]:
+    """The middleware ``llmrt serve`` puts on its runtime (one process or each worker):
+    the OpenTelemetry one with ``--otel``. Raises `ValueError` without the extra."""
+    return [_otel_middleware()] if getattr(args, "otel", False) else []
 
 
 async def _serve(
@@ -653,14 +684,19 @@ async def _serve(
             "clients then present it as a bearer token"
         )
     _check_stop_options(args)
+    tracing = serve_middleware(args)
     if args.workers:
         return await _serve_workers(args, config, out, environ, task_status=task_status)
     options = serve_options(args, config, environ)
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        for middleware in tracing:
+            rt.use(middleware)
         serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
         server = await nursery.start(serve)
         token = options["token"]
-        _print_serving(out, config, server.url, "1 (this process)", token, args.token_env)
+        _print_serving(
+            out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
+        )
         task_status.started(server)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:

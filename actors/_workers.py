@@ -125,7 +125,13 @@ async def _publish_every(
 
 async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     """One worker: a gateway on the shared port until SIGTERM (or its supervisor leaves)."""
-    from ._cli import _configured_runtime, parse_args, serve_options, stop_gateway
+    from ._cli import (
+        _configured_runtime,
+        parse_args,
+        serve_middleware,
+        serve_options,
+        stop_gateway,
+    )
     from .gateway import serve_gateway
 
     args = parse_args(spec.argv)
@@ -133,6 +139,8 @@ async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     shared = SharedFigures(Path(spec.figures_dir), spec.slot)
     stop = trio.Event()
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        for middleware in serve_middleware(args):
+            rt.use(middleware)
         await nursery.start(_watch_signals, stop)
         serve = partial(
             serve_gateway,

@@ -54,6 +54,7 @@ from llmrt import (
     RetryScheduled,
 )
 
+from ._tracecontext import valid_traceparent
 from .gateway._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
@@ -191,6 +192,12 @@ class RemoteCall:
         self._send.close()
 
 
+def _checked_traceparent(value: str | None) -> str | None:
+    if value is not None and not (isinstance(value, str) and valid_traceparent(value)):
+        raise ValueError(f"not a W3C traceparent: {value!r:.80}")
+    return value
+
+
 @attrs.define(eq=False)
 class RemoteCallContext:
     """``async with client.stream(options) as call``.
@@ -202,6 +209,7 @@ class RemoteCallContext:
     _client: GatewayClient
     _options: GenerateOptions
     _retry: bool | ResolvedRetryPolicy | None = None
+    _traceparent: str | None = None
     _call: RemoteCall | None = attrs.field(default=None, init=False)
 
     async def __aenter__(self) -> RemoteCall:
@@ -211,7 +219,11 @@ class RemoteCallContext:
         client._calls[call.id] = call
         request = client._codec.raw(self._options)
         try:
-            await client._send_frame(CallFrame(id=call.id, request=request, retry=self._retry))
+            await client._send_frame(
+                CallFrame(
+                    id=call.id, request=request, retry=self._retry, traceparent=self._traceparent
+                )
+            )
         except LlmError as exc:
             # The call still ends with exactly one finish, as in-process calls do.
             client._calls.pop(call.id, None)
@@ -258,23 +270,39 @@ class GatewayClient:
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
 
-    def stream(self, options: GenerateOptions) -> RemoteCallContext:
-        """Stream one call through the gateway; see the module docstring."""
+    def stream(
+        self, options: GenerateOptions, *, traceparent: str | None = None
+    ) -> RemoteCallContext:
+        """Stream one call through the gateway; see the module docstring.
+
+        ``traceparent``: a W3C trace context sent with the call, so a tracing
+        gateway's span of it continues the caller's trace (see
+        ``llmrt.actors.otel.current_traceparent``). `ValueError` if malformed.
+        """
         if not isinstance(options, GenerateOptions):
             raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
-        return RemoteCallContext(self, options)
+        return RemoteCallContext(self, options, None, _checked_traceparent(traceparent))
 
     def stream_with_retry(
-        self, options: GenerateOptions, *, policy: ResolvedRetryPolicy | None = None
+        self,
+        options: GenerateOptions,
+        *,
+        policy: ResolvedRetryPolicy | None = None,
+        traceparent: str | None = None,
     ) -> RemoteCallContext:
         """Stream a call the gateway retries (with ``policy``, else the route's).
 
         Iteration yields `AttemptChunk` and `RetryScheduled` events, as
-        `LlmRuntime.stream_with_retry` does in-process.
+        `LlmRuntime.stream_with_retry` does in-process. ``traceparent`` as in `stream`.
         """
         if not isinstance(options, GenerateOptions):
             raise TypeError(f"options must be GenerateOptions, not {type(options).__name__}")
-        return RemoteCallContext(self, options, policy if policy is not None else True)
+        return RemoteCallContext(
+            self,
+            options,
+            policy if policy is not None else True,
+            _checked_traceparent(traceparent),
+        )
 
     async def list_providers(self) -> tuple[ProviderInfo, ...]:
         """The gateway runtime's providers. Raises `LlmError` (``NETWORK``, ...)."""

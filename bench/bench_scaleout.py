@@ -40,6 +40,23 @@ writes ``bench/results/scaleout.json`` (``scaleout-quick.json`` with
    process next to the single process's, from the same run. On a machine
    with few cores the client processes compete with the workers for them:
    read the per-process column with ``cpus`` in mind.
+
+3. ``otel``: the OpenTelemetry middleware (``llmrt.actors.otel``) over SDK
+   providers set up as an application would, minus the export (every span
+   sampled, recorded and dropped at its end; histograms aggregated in memory):
+
+   * the call path, µs per chunk, with no middleware (bare), a pass-through
+     middleware, the otel one over the API's no-op providers and over the SDK,
+     for one long call, 100-chunk calls and one-token calls, taking turns,
+     differences paired by round (noisy on a shared machine, as above);
+   * timed alone (fastest of 50 runs, generator layers driven without trio):
+     per chunk, what a generator middleware layer costs and what the otel
+     middleware's checks add to it; per call, the span, its event and
+     attributes, and the metric records, with the SDK, traces only, metrics
+     only and the API alone. Target: the otel layer at most 1 µs per chunk.
+
+``--only SECTION`` runs one section and writes ``scaleout-SECTION.json``
+(``-quick`` appended with ``--quick``), leaving the full report alone.
 """
 
 from __future__ import annotations
@@ -594,12 +611,281 @@ def print_scaleout(section: dict[str, Any]) -> None:
 
 
 #: Sections of this benchmark: name -> (run, print).
+
+
+# ---- 3. otel -------------------------------------------------------------------------------
+#
+# The OpenTelemetry middleware against the bare call path. The SDK is set up
+# as an application would, minus the export: a TracerProvider (every span
+# sampled and recorded, then dropped at its end: no processor) and a
+# MeterProvider with an in-memory reader (the histograms aggregate on record).
+
+TARGET_OTEL_US_PER_CHUNK = 1.0
+#: Calls of a one-token answer (5 chunks): per-call cost dominates.
+TINY = ["tok"]
+
+
+async def _pass_through(
+    request: GenerateOptions, nxt: Callable[[GenerateOptions], Any]
+) -> Any:  # AsyncIterator[StreamChunk]
+    async for chunk in nxt(request):
+        yield chunk
+
+
+def _sdk_otel(
+    api_only: bool = False, traces: bool = True, metrics: bool = True
+) -> tuple[Any, Callable[[], None]]:
+    """The otel middleware over SDK providers (the API's no-op ones where not); a cleanup."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from llmrt.actors.otel import otel_middleware
+
+    tracer_provider: Any = NoOpTracerProvider()
+    meter_provider: Any = NoOpMeterProvider()
+    if traces and not api_only:
+        tracer_provider = TracerProvider()
+    if metrics and not api_only:
+        meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def close() -> None:
+        for provider in (tracer_provider, meter_provider):
+            shutdown = getattr(provider, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+
+    return otel_middleware(tracer_provider=tracer_provider, meter_provider=meter_provider), close
+
+
+async def otel_call_path(sizes: dict[str, int]) -> dict[str, Any]:
+    """µs per chunk: bare / a pass-through middleware / otel, taking turns, paired."""
+    long_script = text_script(["tok"] * sizes["long_chunks"])
+    short_script = text_script(["tok"] * sizes["short_chunks"])
+    tiny_script = text_script(TINY)
+    scripts = {"long": (long_script, 1), "short": (short_script, sizes["short_calls"]),
+               "tiny": (tiny_script, sizes["short_calls"])}  # fmt: skip
+    otel, close = _sdk_otel()
+    noop_otel, _ = _sdk_otel(api_only=True)
+    stacks: dict[str, tuple[Any, ...]] = {
+        "bare": (),
+        "pass-through": (_pass_through,),
+        "otel (API only, no SDK)": (noop_otel,),
+        "otel (SDK)": (otel,),
+    }
+    samples: dict[tuple[str, str], list[float]] = {
+        (shape, stack): [] for shape in scripts for stack in stacks
+    }
+    runtimes: dict[tuple[str, str], llmrt.LlmRuntime] = {}
+    try:
+        async with trio.open_nursery() as nursery:
+            ready = trio.Event()
+            done = trio.Event()
+
+            async def hold(shape: str, stack: str) -> None:
+                async with open_runtime() as rt:
+                    for middleware in stacks[stack]:
+                        rt.use(middleware)
+                    await rt.register_adapter(["bench"], ScriptedAdapter(scripts[shape][0]))
+                    runtimes[shape, stack] = rt
+                    if len(runtimes) == len(samples):
+                        ready.set()
+                    await done.wait()
+
+            for key in samples:
+                nursery.start_soon(hold, *key)
+            await ready.wait()
+
+            async def run(shape: str, stack: str) -> float:
+                script, calls = scripts[shape]
+                elapsed, chunks = await _calls(runtimes[shape, stack], calls, len(script))
+                return elapsed / chunks * 1e6
+
+            for key in samples:  # warm-up
+                await run(*key)
+            gc.collect()
+            gc.freeze()
+            keys = list(samples)
+            for round_ in range(sizes["runs"]):
+                for key in keys if round_ % 2 == 0 else reversed(keys):
+                    samples[key].append(await run(*key))
+            gc.unfreeze()
+            done.set()
+    finally:
+        close()
+    out: dict[str, Any] = {}
+    for shape, (script, _) in scripts.items():
+        chunks = len(script)
+        row: dict[str, Any] = {"chunks_per_call": chunks}
+        for stack in stacks:
+            row[stack] = median(samples[shape, stack])
+        for stack in ("otel (SDK)", "otel (API only, no SDK)", "pass-through"):
+            diffs = [
+                a - b for a, b in zip(samples[shape, stack], samples[shape, "bare"], strict=True)
+            ]
+            row[f"{stack} - bare"] = median(diffs)
+        diffs = [a - b for a, b in zip(samples[shape, "otel (SDK)"], samples[shape, "pass-through"],
+                                       strict=True)]  # fmt: skip
+        row["otel (SDK) - pass-through"] = median(diffs)
+        row["otel (SDK) - bare, per call µs"] = row["otel (SDK) - bare"] * chunks
+        out[shape] = row
+    return out
+
+
+def otel_per_chunk_ns(chunks: int) -> dict[str, float]:
+    """The middleware's own per-chunk work, alone: generator layers driven without trio.
+
+    An async generator that yields prebuilt chunks (never suspending) is
+    consumed (a) directly, (b) through a pass-through middleware and (c)
+    through the otel middleware; the fastest of `REPEAT` runs each. (b) - (a)
+    is what any generator middleware costs per chunk; (c) - (b) is what the
+    otel middleware's checks add to that; (c) - (a) is the otel layer in all.
+    """
+    otel, close = _sdk_otel()
+    steps = text_script(["tok"] * chunks)
+
+    def source(_request: GenerateOptions) -> Any:
+        async def gen() -> Any:
+            for step in steps:
+                yield step
+
+        return gen()
+
+    async def drain(stream: Any) -> None:
+        async for _ in stream:
+            pass
+
+    options = request()
+
+    def drive(make: Callable[[], Any]) -> Callable[[], None]:
+        def once() -> None:
+            coro = drain(make())
+            try:
+                coro.send(None)
+            except StopIteration:
+                return
+            raise RuntimeError("the pipeline suspended")
+
+        return once
+
+    timings = {}
+    for name, make in (
+        ("direct", lambda: source(options)),
+        ("pass-through", lambda: _pass_through(options, source)),
+        ("otel (SDK)", lambda: otel(options, source)),
+    ):
+        best = min(timeit.repeat(drive(make), number=1, repeat=REPEAT))
+        timings[name] = best / len(steps) * 1e9
+    close()
+    return {
+        "direct ns/chunk": timings["direct"],
+        "pass-through layer ns/chunk": timings["pass-through"] - timings["direct"],
+        "otel checks over pass-through ns/chunk": timings["otel (SDK)"] - timings["pass-through"],
+        "otel layer in all ns/chunk": timings["otel (SDK)"] - timings["direct"],
+    }
+
+
+def _drive_calls(middleware: Any, calls: int) -> Callable[[], None]:
+    """``calls`` one-token streams through ``middleware``, consumed without trio."""
+    steps = text_script(TINY)
+    options = request()
+
+    def source(_request: GenerateOptions) -> Any:
+        async def gen() -> Any:
+            for step in steps:
+                yield step
+
+        return gen()
+
+    async def drain_many() -> None:
+        for _ in range(calls):
+            async for _chunk in middleware(options, source):
+                pass
+
+    def once() -> None:
+        coro = drain_many()
+        try:
+            coro.send(None)
+        except StopIteration:
+            return
+        raise RuntimeError("the pipeline suspended")
+
+    return once
+
+
+def otel_per_call_us(calls: int) -> dict[str, float]:
+    """The otel middleware's per-call work (span, event, attributes, metrics), alone.
+
+    One-token streams (5 chunks) driven without trio: (otel - pass-through)
+    per call, the fastest of `REPEAT` runs of ``calls`` calls each.
+    """
+    results = {}
+    plain = min(timeit.repeat(_drive_calls(_pass_through, calls), number=1, repeat=REPEAT))
+    for label, kw in (
+        ("SDK", {}),
+        ("SDK traces only", {"metrics": False}),
+        ("SDK metrics only", {"traces": False}),
+        ("API only, no SDK", {"api_only": True}),
+    ):
+        otel, close = _sdk_otel(**kw)
+        traced = min(timeit.repeat(_drive_calls(otel, calls), number=1, repeat=REPEAT))
+        close()
+        results[label] = (traced - plain) / calls * 1e6
+    return results
+
+
+async def otel_section(sizes: dict[str, int]) -> dict[str, Any]:
+    path = await otel_call_path(sizes)
+    chunk = otel_per_chunk_ns(sizes["short_chunks"] * 10)
+    per_call = otel_per_call_us(20)
+    layer_us = chunk["otel layer in all ns/chunk"] / 1e3
+    return {
+        "sizes": sizes,
+        "call_path": path,
+        "per_chunk_alone": chunk,
+        "per_call_us_alone": per_call,
+        "otel_us_per_chunk": layer_us,
+        "otel_us_per_chunk_end_to_end": path["long"]["otel (SDK) - bare"],
+        "target_us_per_chunk": TARGET_OTEL_US_PER_CHUNK,
+        "meets_target": max(layer_us, path["long"]["otel (SDK) - bare"])
+        <= TARGET_OTEL_US_PER_CHUNK,
+    }
+
+
+def print_otel(section: dict[str, Any]) -> None:
+    path = section["call_path"]
+    stacks = ["bare", "pass-through", "otel (API only, no SDK)", "otel (SDK)"]
+    print("\n2. otel: the call path with no middleware, a pass-through one, and the otel one")
+    rows = [[shape, row["chunks_per_call"], *(row[s] for s in stacks),
+             row["otel (SDK) - bare"], row["otel (SDK) - pass-through"]]
+            for shape, row in path.items()]  # fmt: skip
+    print(table(["calls", "chunks/call", "bare", "pass-through", "otel API only", "otel SDK",
+                 "otel - bare", "otel - pass"], rows))  # fmt: skip
+    print("(µs/chunk, medians; differences paired by round)")
+    rows = [[key, value / 1e3] for key, value in section["per_chunk_alone"].items()]
+    rows += [[f"per call: span + event + metrics ({key}), µs/call", value]
+             for key, value in section["per_call_us_alone"].items()]  # fmt: skip
+    print(f"\notel cost timed alone (fastest of {REPEAT} runs, no trio scheduling)")
+    print(table(["part", "µs"], rows))
+    verdict = "ok" if section["meets_target"] else "MISS"
+    print(
+        f"target otel <= {section['target_us_per_chunk']} µs/chunk "
+        f"(layer alone {section['otel_us_per_chunk']:.3f}, "
+        f"end to end {section['otel_us_per_chunk_end_to_end']:.3f}): {verdict}"
+    )
+
+
+#: Sections of this benchmark: name -> (run, print). The workers issue adds
+#: its rows here.
 SECTIONS: dict[
     str,
     tuple[Callable[[dict[str, int]], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], None]],
 ] = {
     "metrics": (metrics_section, print_metrics),
     "scaleout": (scaleout_section, print_scaleout),
+    "otel": (otel_section, print_otel),
 }
 
 
@@ -622,7 +908,9 @@ def main(argv: list[str] | None = None) -> int:
             report[name] = trio.run(run, sizes)
             show(report[name])
     report["elapsed_s"] = time.perf_counter() - started
-    path = write_json("scaleout-quick.json" if args.quick else "scaleout.json", report)
+    # A partial run gets its own file: it never overwrites the full report.
+    name = "scaleout" + (f"-{args.only}" if args.only else "") + ("-quick" if args.quick else "")
+    path = write_json(f"{name}.json", report)
     print(f"\nwrote {path.relative_to(path.parents[2])} in {report['elapsed_s']:.0f} s")
     return 0
 

@@ -53,6 +53,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
+from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._counters import GatewayCounters, payload_bytes
 from ._origin import LogThrottle, OriginPolicy
 from ._protocol import (
@@ -429,6 +430,16 @@ class Connection:
         return False
 
     async def _start_call(self, frame: CallFrame) -> None:
+        if frame.traceparent is not None and not valid_traceparent(frame.traceparent):
+            await self._reply(
+                _error(
+                    GatewayErrorCode.BAD_FRAME,
+                    "traceparent is not a W3C traceparent "
+                    "(version-traceid-parentid-flags, lowercase hex, ids not all zero)",
+                    frame.id,
+                )
+            )
+            return
         if not await self._admit(frame.id):
             return
         if not self._bucket.take(trio.current_time()):
@@ -452,7 +463,7 @@ class Connection:
             request.attempt = 1
         self._add(request)
         policy = frame.retry if not isinstance(frame.retry, bool) else None
-        self._spawn(self._run_call, request, options, policy)
+        self._spawn(self._run_call, request, options, policy, frame.traceparent)
 
     def _add(self, request: _Request) -> None:
         self._requests[request.id] = request
@@ -474,9 +485,16 @@ class Connection:
     # ---- request tasks -----------------------------------------------------------------------
 
     async def _run_call(
-        self, request: _Request, options: GenerateOptions, policy: ResolvedRetryPolicy | None
+        self,
+        request: _Request,
+        options: GenerateOptions,
+        policy: ResolvedRetryPolicy | None,
+        traceparent: str | None = None,
     ) -> None:
         assert request.controller is not None
+        if traceparent is not None:
+            # This task's own context; the call task copies it (see _tracecontext).
+            TRACEPARENT.set(traceparent)
         cid = request.id
         send = self._send
         runtime = self.state.runtime

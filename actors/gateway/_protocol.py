@@ -30,6 +30,8 @@ from llmrt import (
 )
 from llmrt._nesting import MAX_NESTING, json_too_deep, msgpack_too_deep
 
+from .._tracecontext import MAX_TRACEPARENT
+
 __all__ = [
     "PROTOCOL",
     "JSON_SUBPROTOCOL",
@@ -232,6 +234,9 @@ class CallFrame(_Frame, frozen=True, tag="call"):
     #: Run the call over retried attempts: ``true`` with the serving route's
     #: policy, or an explicit policy object (``{"mode": "normal", ...}``).
     retry: bool | ResolvedRetryPolicy | None = None
+    #: The client's W3C trace context: the gateway's span of this call (when
+    #: it traces) becomes a child of it. Its format is checked on admission.
+    traceparent: Annotated[str, msgspec.Meta(max_length=MAX_TRACEPARENT)] | None = None
 
 
 class AbortFrame(_Frame, frozen=True, tag="abort"):
