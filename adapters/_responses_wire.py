@@ -210,7 +210,7 @@ class ResponsesStreamDecoder:
         kind = event.type
         if kind in _TEXT_DELTAS:
             block = self._block(event, "text")
-            if block is not None:
+            if block is not None and block.kind == "text":
                 t.text(block, event.delta)
         elif kind in _REASONING_DELTAS:
             self._reasoning(event)
