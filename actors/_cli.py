@@ -137,6 +137,10 @@ def _default_model(config: configuration.Config, provider: str) -> str:
         return "gpt-4.1-mini"
     if spec.adapter == "anthropic":
         return "claude-sonnet-4-5"
+    if spec.adapter == "gemini":
+        return "gemini-2.5-flash"
+    if spec.adapter == "openai_responses":
+        return "gpt-5-mini"
     raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
 
 
