@@ -37,6 +37,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from llmrt.adapters.openai_chat import PRESETS
 
 from . import config as configuration
 
@@ -141,6 +142,9 @@ def _default_model(config: configuration.Config, provider: str) -> str:
         return "gemini-2.5-flash"
     if spec.adapter == "openai_responses":
         return "gpt-5-mini"
+    preset = PRESETS.get(spec.preset or "")
+    if preset is not None and preset.models:
+        return preset.models[0].id
     raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
 
 

@@ -6,8 +6,10 @@ already used by the file, and always adds the built-in ``demo`` route unless
 the file declares one. `register_config` registers the routes into a runtime,
 in `Config.routes` order: file entries (file order), then detected
 environment routes (``deepseek``, ``openai``, ``openai-responses``,
-``anthropic``, ``gemini``), then ``demo``
-last, so a real provider comes first when there is one.
+``anthropic``, ``gemini``, then the other hosted presets with a key variable:
+``openrouter``, ``groq``, ...), then ``demo`` last, so a real provider comes
+first when there is one. Local servers (``vllm``, ``ollama``, ...) have no
+key: they are routes only when the file declares them.
 
 Every problem is one `ConfigError` naming the file, the line and the reason.
 API keys never live in the file (an ``api_key`` key is refused) and their
@@ -75,7 +77,8 @@ DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
 #: The environment variable naming a config file.
 CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
 
-#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added.
+#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added:
+#: DeepSeek, OpenAI, Anthropic, then every other hosted preset that names a route.
 DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] = (
     ("DEEPSEEK_API_KEY", "deepseek", "openai_chat", "deepseek-official"),
     ("OPENAI_API_KEY", "openai", "openai_chat", "openai"),
@@ -86,6 +89,13 @@ DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] 
     # Google's tools read either name; GEMINI_API_KEY wins when both are set.
     ("GEMINI_API_KEY", "gemini", "gemini", None),
     ("GOOGLE_API_KEY", "gemini", "gemini", None),
+    *(
+        (preset.api_key_env, preset.route, "openai_chat", preset.name)
+        for preset in PRESETS.values()
+        if preset.api_key_env
+        and preset.route
+        and preset.name not in ("deepseek-official", "openai")
+    ),
 )
 
 _ADAPTERS: Final[tuple[AdapterKind, ...]] = (

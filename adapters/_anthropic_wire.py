@@ -47,7 +47,7 @@ from llmrt import (
     ToolResultBlock,
 )
 
-from ._blocks import BlockKind, BlockTracker
+from ._blocks import Block, BlockKind, BlockTracker
 from ._classify import classify_stream_error
 from ._openai_wire import image_placeholder, system_prompt
 
@@ -69,16 +69,6 @@ class _Usage(msgspec.Struct):
     output_tokens_details: _OutputDetails | None = None
 
 
-class _Message(msgspec.Struct):
-    id: str | None = None
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-class _MessageStart(msgspec.Struct):
-    message: _Message
-
-
 class _Block(msgspec.Struct):
     type: str
     text: str | None = None
@@ -87,6 +77,22 @@ class _Block(msgspec.Struct):
     data: str | None = None
     id: str | None = None
     name: str | None = None
+    #: A tool call's input as sent: ``{}`` when the arguments stream as
+    #: fragments, the whole object when they do not (programmatic tool calling).
+    input: msgspec.Raw = msgspec.Raw()
+
+
+class _Message(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    usage: _Usage | None = None
+    #: Blocks that arrive whole with the message (a replayed or proxied response).
+    content: list[_Block] | None = None
+    stop_reason: str | None = None
+
+
+class _MessageStart(msgspec.Struct):
+    message: _Message
 
 
 class _BlockStart(msgspec.Struct):
@@ -142,6 +148,7 @@ _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "error": msgspec.json.Decoder(_ErrorEvent),
 }
 _type_decoder = msgspec.json.Decoder(_Typed)
+_empty_object = msgspec.json.Decoder(dict[str, Any])
 _BAD_JSON = (msgspec.DecodeError, msgspec.ValidationError)
 
 _STOP = FinishStop()
@@ -162,6 +169,18 @@ def _classify_inband(error: _ErrorBody) -> LlmFailure:
     return classify_stream_error(
         "anthropic", {"type": "error", "error": {"type": error.type, "message": error.message}}
     )
+
+
+def _whole_input(raw: msgspec.Raw) -> str | None:
+    """A tool call's complete input as raw JSON text; None if absent or the ``{}`` placeholder."""
+    if not raw:
+        return None
+    text = bytes(raw).decode()
+    try:
+        placeholder = _empty_object.decode(raw) == {}
+    except _BAD_JSON:
+        placeholder = False
+    return None if placeholder else text
 
 
 def _replay_entry(block: _Block) -> dict[str, str] | None:
@@ -197,10 +216,12 @@ class AnthropicStreamDecoder:
     the replay envelope. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = ("_blocks", "_message_id", "_model", "_stop_reason", "_usage")
+    __slots__ = ("_blocks", "_message_id", "_model", "_started", "_stop_reason", "_usage", "_whole")
 
     def __init__(self, *, request_id: str | None = None) -> None:
         self._blocks = BlockTracker(request_id=request_id, empty_arguments="{}")
+        self._started = False
+        self._whole: set[int] = set()
         self._usage: dict[str, int] | None = None
         self._message_id: str | None = None
         self._model: str | None = None
@@ -250,10 +271,7 @@ class AnthropicStreamDecoder:
                 if payload.usage is not None:
                     self._merge_usage(payload.usage)
             case _MessageStart():
-                message = payload.message
-                self._message_id, self._model = message.id, message.model
-                if message.usage is not None:
-                    self._merge_usage(message.usage)
+                self._message_start(payload.message)
             case _ErrorEvent():
                 body = payload.error or _ErrorBody(message="provider reported an error")
                 blocks.fail_with(_classify_inband(body))
@@ -266,21 +284,48 @@ class AnthropicStreamDecoder:
 
     # --- internals ---
 
-    def _start(self, payload: _BlockStart) -> None:
-        blocks = self._blocks
-        block = payload.content_block
-        kind = _BLOCK_KINDS.get(block.type)
-        if kind is None or blocks.get(payload.index) is not None:
+    def _message_start(self, message: _Message) -> None:
+        if self._started:
+            # One response is one message: a second one would merge two
+            # answers (or a retried one) into the first one's blocks.
+            self._blocks.fail(ErrorCode.PROTOCOL, "a second message_start in one response stream")
             return
-        state = blocks.open(kind, payload.index)
+        self._started = True
+        self._message_id, self._model = message.id, message.model
+        if message.usage is not None:
+            self._merge_usage(message.usage)
+        if message.stop_reason is not None:
+            self._stop_reason = message.stop_reason
+        # Blocks that come whole with the message are complete: each is
+        # opened and closed at once, under its position as its stream index
+        # (later streamed blocks continue the numbering).
+        for position, block in enumerate(message.content or ()):
+            state = self._open(position, block)
+            if state is not None:
+                self._blocks.close(state)
+
+    def _start(self, payload: _BlockStart) -> None:
+        self._open(payload.index, payload.content_block)
+
+    def _open(self, index: int, block: _Block) -> Block | None:
+        blocks = self._blocks
+        kind = _BLOCK_KINDS.get(block.type)
+        if kind is None or blocks.get(index) is not None:
+            return None
+        state = blocks.open(kind, index)
         state.replay = _replay_entry(block)
         if block.type == "text":
             blocks.text(state, block.text)
         elif block.type == "thinking":
             blocks.reasoning(state, block.thinking)
         elif block.type == "tool_use":
-            # ``input`` is always ``{}`` here; the arguments stream as partial_json.
-            blocks.tool_call(state, call_id=block.id or "", name=block.name or "")
+            arguments = _whole_input(block.input)
+            if arguments is not None:
+                # The input came whole: fragments that might follow would
+                # append to a complete object, so none are taken.
+                self._whole.add(state.index)
+            blocks.tool_call(state, arguments, call_id=block.id or "", name=block.name or "")
+        return state
 
     def _delta(self, payload: _BlockDelta) -> None:
         blocks = self._blocks
@@ -292,7 +337,7 @@ class AnthropicStreamDecoder:
             if delta.type == "text_delta":
                 blocks.text(state, delta.text)
         elif state.kind == "tool-call":
-            if delta.type == "input_json_delta":
+            if delta.type == "input_json_delta" and state.index not in self._whole:
                 blocks.tool_call(state, delta.partial_json)
         elif delta.type == "thinking_delta":
             blocks.reasoning(state, delta.thinking)

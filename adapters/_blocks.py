@@ -129,7 +129,7 @@ class BlockTracker:
     ``empty_arguments`` is the ``arguments`` of a tool call that received no
     fragment (``"{}"`` where the provider's calls always take an object).
     ``id_on_every_fragment``: whether every ``tool-call-delta`` repeats the
-    call id (the stream contract's form) or only the first one does.
+    call id (the default: the stream contract's form) or only the first one does.
     """
 
     __slots__ = (
@@ -147,7 +147,7 @@ class BlockTracker:
         *,
         request_id: str | None = None,
         empty_arguments: str = "",
-        id_on_every_fragment: bool = False,
+        id_on_every_fragment: bool = True,
     ) -> None:
         self.request_id = request_id
         self._empty_arguments = empty_arguments

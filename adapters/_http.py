@@ -17,11 +17,12 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Protocol, cast
 
 import httpx
+import msgspec
 import trio
 
-from llmrt import ErrorCode, LlmError, StreamChunk, attribution_headers
+from llmrt import ErrorCode, LlmError, LlmFailure, StreamChunk, attribution_headers
 
-from ._classify import classify_http_error
+from ._classify import classify_http_error, classify_stream_error
 from ._sse import SSEParser
 from ._transport import TrioTransport
 
@@ -147,6 +148,28 @@ async def _read_bounded(response: httpx.Response) -> bytes:
     return bytes(body[:MAX_ERROR_BODY])
 
 
+def _json_error_failure(
+    provider_kind: str, status: int, headers: Mapping[str, str], body: bytes
+) -> LlmFailure | None:
+    """The failure a success-status JSON error body describes (``{"error": ...}``), or None.
+
+    Some servers answer a streaming request with a 2xx status and a JSON
+    error body instead of an event stream. The body, not the status, says
+    what failed: the code is decided from its ``error`` object as for an
+    in-band error, and the rest (message, status, request id, retry delay)
+    is what an HTTP error gets.
+    """
+    try:
+        payload = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(payload, dict) or not payload.get("error"):
+        return None
+    failure = classify_http_error(provider_kind, status, headers, body)
+    code = classify_stream_error(provider_kind, payload).code
+    return msgspec.structs.replace(failure, code=code)
+
+
 @asynccontextmanager
 async def open_event_stream(
     client: httpx.AsyncClient,
@@ -183,6 +206,10 @@ async def open_event_stream(
                 raw = await _read_bounded(response)
             except httpx.HTTPError:
                 raw = b""
+            status = response.status_code
+            failure = _json_error_failure(provider_kind, status, response.headers, raw)
+            if failure is not None:
+                raise LlmError.from_failure(failure)
             snippet = raw[:120].decode("utf-8", "replace").strip()
             raise LlmError(
                 ErrorCode.PROTOCOL,

@@ -1,6 +1,10 @@
-"""OpenAI chat-completions wire translation (OpenAI and DeepSeek), without I/O.
+"""OpenAI chat-completions wire translation (OpenAI and every compatible server), without I/O.
 
-Two directions:
+Three parts:
+
+* `Dialect`: what differs between servers that speak chat completions, as
+  data (where reasoning arrives, how usage counts it, what goes back);
+  `DIALECTS` holds the built-in ones by name;
 
 * `OpenAIStreamDecoder` turns the ``data:`` payloads of a streamed chat
   completion into llmrt `StreamChunk`s;
@@ -11,13 +15,18 @@ open a block; llmrt block indices follow first-seen order across reasoning,
 text and tool calls; tool-call arguments are concatenated raw, never parsed;
 usage and the finish are emitted only at ``[DONE]``, usage first, because
 OpenAI sends usage after the finish chunk and DeepSeek on the same chunk.
-Every failure ends the stream with an ``error`` finish; nothing raises.
+``delta.content`` may be a string or a list of typed parts (Mistral's
+``text`` and ``thinking`` parts). Every failure ends the stream with an
+``error`` finish; nothing raises.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from collections.abc import Mapping
+from typing import Any, Literal
 
+import attrs
 import msgspec
 
 from llmrt import (
@@ -39,7 +48,7 @@ from llmrt import (
     ToolResultBlock,
 )
 
-from ._blocks import Block, BlockKind, BlockTracker
+from ._blocks import BlockTracker
 from ._classify import classify_stream_error
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
@@ -59,9 +68,19 @@ class _ToolCall(msgspec.Struct):
     function: _Function | None = None
 
 
+class _Part(msgspec.Struct):
+    """One typed content part (Mistral): ``text``, or ``thinking`` holding text parts."""
+
+    type: str = ""
+    text: str | None = None
+    thinking: list[_Part] | str | None = None
+
+
 class _Delta(msgspec.Struct):
-    content: str | None = None
+    content: str | list[_Part] | None = None
     reasoning_content: str | None = None
+    #: Any type: only a string is reasoning text (an object here is some other server's shape).
+    reasoning: Any = None
     refusal: str | None = None
     tool_calls: list[_ToolCall] | None = None
 
@@ -83,6 +102,7 @@ class _CompletionDetails(msgspec.Struct):
 class _Usage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    total_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
     completion_tokens_details: _CompletionDetails | None = None
     prompt_cache_hit_tokens: int | None = None
@@ -95,10 +115,16 @@ class _ApiError(msgspec.Struct):
     code: str | int | None = None
 
 
+class _GroqExtra(msgspec.Struct):
+    usage: _Usage | None = None
+
+
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: _ApiError | str | None = None
+    #: Groq's own place for the stream's usage (on the last chunk).
+    x_groq: _GroqExtra | None = None
 
 
 _decoder = msgspec.json.Decoder(_Chunk)
@@ -109,7 +135,68 @@ _TOOL_CALLS = FinishToolCalls()
 _MAX_TOKENS = FinishMaxTokens()
 
 
-def _usage(raw: _Usage) -> TokenUsage:
+ReasoningField = Literal["reasoning_content", "reasoning"]
+UsageRule = Literal["included", "excluded", "by-total"]
+
+
+@attrs.frozen
+class Dialect:
+    """How one family of servers speaks chat completions: data the decoder and body builder read.
+
+    ``name`` labels failures (``"groq HTTP 429 ..."``) and picks the error
+    classification (every dialect here is classified like OpenAI's).
+    """
+
+    name: str
+    #: Delta fields that carry reasoning text, in priority order. Per delta the
+    #: first non-empty one is read (a server that mirrors one text into two
+    #: fields counts once). Typed ``thinking`` content parts are always reasoning.
+    reasoning_fields: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning")
+    #: How ``completion_tokens`` counts reasoning: ``included`` (OpenAI's rule),
+    #: ``excluded`` (reasoning is added to it), or ``by-total`` (excluded
+    #: exactly when ``total_tokens`` = prompt + completion + reasoning).
+    usage_reasoning: UsageRule = "included"
+    #: The assistant-message field that sends a tool-calling turn's reasoning
+    #: back (DeepSeek's thinking mode rejects a follow-up without it), or None.
+    reasoning_back_field: str | None = None
+    #: Body fields that turn thinking off for the effort ``none``, instead of
+    #: ``reasoning_effort: "none"``.
+    effort_none_body: Mapping[str, Any] | None = None
+    #: Whether to ask for usage in the stream (``stream_options.include_usage``).
+    stream_usage: bool = True
+
+
+DIALECTS: Mapping[str, Dialect] = {
+    d.name: d
+    for d in (
+        Dialect(name="openai"),
+        Dialect(
+            name="deepseek",
+            reasoning_fields=("reasoning_content",),
+            reasoning_back_field="reasoning_content",
+            effort_none_body={"thinking": {"type": "disabled"}},
+        ),
+        Dialect(name="openrouter", reasoning_fields=("reasoning", "reasoning_content")),
+        Dialect(name="groq", reasoning_fields=("reasoning",)),
+        Dialect(name="cerebras", reasoning_fields=("reasoning",)),
+        Dialect(name="mistral", reasoning_fields=()),
+        Dialect(name="xai", reasoning_fields=("reasoning_content",), usage_reasoning="by-total"),
+        Dialect(name="together", reasoning_fields=("reasoning", "reasoning_content")),
+        Dialect(name="fireworks", reasoning_fields=("reasoning_content", "reasoning")),
+        Dialect(name="vllm", reasoning_fields=("reasoning", "reasoning_content")),
+        Dialect(name="ollama", reasoning_fields=("reasoning", "reasoning_content")),
+        Dialect(name="llama.cpp", reasoning_fields=("reasoning_content", "reasoning")),
+        Dialect(name="lmstudio", reasoning_fields=("reasoning", "reasoning_content")),
+    )
+}
+
+
+def dialect_of(provider_kind: str) -> Dialect:
+    """The dialect named ``provider_kind``; an unknown name speaks plain OpenAI."""
+    return DIALECTS.get(provider_kind) or Dialect(name=provider_kind)
+
+
+def _usage(raw: _Usage, rule: UsageRule) -> TokenUsage:
     hit, miss = raw.prompt_cache_hit_tokens, raw.prompt_cache_miss_tokens
     details = raw.prompt_tokens_details
     cached = details.cached_tokens if details is not None else None
@@ -122,11 +209,22 @@ def _usage(raw: _Usage) -> TokenUsage:
         input_tokens = max(0, raw.prompt_tokens - (cached or 0))
         cache_read = cached
     completion = raw.completion_tokens_details
+    reasoning = completion.reasoning_tokens if completion is not None else None
+    output = raw.completion_tokens
+    if reasoning:
+        excluded = rule == "excluded" or (
+            rule == "by-total"
+            and raw.total_tokens == raw.prompt_tokens + raw.completion_tokens + reasoning
+        )
+        # llmrt's output count includes reasoning; a count below the reasoning
+        # it contains cannot include it, whatever the dialect says.
+        if excluded or output < reasoning:
+            output += reasoning
     return TokenUsage(
         input_tokens=input_tokens,
-        output_tokens=raw.completion_tokens,
+        output_tokens=output,
         cache_read_tokens=cache_read,
-        reasoning_tokens=completion.reasoning_tokens if completion is not None else None,
+        reasoning_tokens=reasoning,
     )
 
 
@@ -152,10 +250,16 @@ class OpenAIStreamDecoder:
     text block. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = ("_blocks", "_finish_reason", "_provider_kind", "_saw_tool_call", "_usage")
+    __slots__ = ("_blocks", "_dialect", "_finish_reason", "_saw_tool_call", "_usage")
 
-    def __init__(self, *, provider_kind: str = "openai", request_id: str | None = None) -> None:
-        self._provider_kind = provider_kind
+    def __init__(
+        self,
+        *,
+        provider_kind: str = "openai",
+        request_id: str | None = None,
+        dialect: Dialect | None = None,
+    ) -> None:
+        self._dialect = dialect or dialect_of(provider_kind)
         self._blocks = BlockTracker(request_id=request_id)
         self._saw_tool_call = False
         self._finish_reason: str | None = None
@@ -180,22 +284,24 @@ class OpenAIStreamDecoder:
             blocks.fail(ErrorCode.PROTOCOL, f"malformed chunk from the provider: {exc}")
             return blocks.take()
         if chunk.error is not None:
-            blocks.fail_with(_classify_inband(self._provider_kind, chunk.error))
+            blocks.fail_with(_classify_inband(self._dialect.name, chunk.error))
             return blocks.take()
         if chunk.usage is not None:
             self._usage = chunk.usage
+        elif chunk.x_groq is not None and chunk.x_groq.usage is not None:
+            self._usage = chunk.x_groq.usage
         for choice in chunk.choices or ():
             if choice.index != 0:
                 continue
             delta = choice.delta
             if delta is not None:
                 # Reasoning precedes the answer, so it is read first.
-                if delta.reasoning_content:
-                    blocks.reasoning(self._block("reasoning"), delta.reasoning_content)
-                if delta.content:
-                    blocks.text(self._block("text"), delta.content)
-                if delta.refusal:
-                    blocks.text(self._block("text"), delta.refusal)
+                self._reasoning(self._reasoning_text(delta))
+                if isinstance(delta.content, str):
+                    self._text(delta.content)
+                elif delta.content:
+                    self._append_parts(delta.content)
+                self._text(delta.refusal)
                 if delta.tool_calls:
                     for call in delta.tool_calls:
                         self._append_tool(call)
@@ -210,8 +316,36 @@ class OpenAIStreamDecoder:
 
     # --- internals ---
 
-    def _block(self, kind: BlockKind) -> Block:
-        return self._blocks.get(kind) or self._blocks.open(kind, kind)
+    def _reasoning_text(self, delta: _Delta) -> str | None:
+        for field in self._dialect.reasoning_fields:
+            text = delta.reasoning_content if field == "reasoning_content" else delta.reasoning
+            if text and isinstance(text, str):
+                return text
+        return None
+
+    def _append_parts(self, parts: list[_Part]) -> None:
+        # Parts of other types (references, images) have no streamed llmrt form.
+        for part in parts:
+            if part.type == "text":
+                self._text(part.text)
+            elif part.type == "thinking":
+                inner = part.thinking
+                if isinstance(inner, str):
+                    self._reasoning(inner)
+                else:
+                    for piece in inner or ():
+                        if piece.type in ("text", ""):
+                            self._reasoning(piece.text)
+
+    def _text(self, text: str | None) -> None:
+        # Empty and null deltas never open a block.
+        if text:
+            self._blocks.text(self._blocks.get("text") or self._blocks.open("text", "text"), text)
+
+    def _reasoning(self, text: str | None) -> None:
+        if text:
+            block = self._blocks.get("reasoning") or self._blocks.open("reasoning", "reasoning")
+            self._blocks.reasoning(block, text)
 
     def _append_tool(self, call: _ToolCall) -> None:
         fn = call.function
@@ -231,7 +365,8 @@ class OpenAIStreamDecoder:
         )
 
     def _complete(self) -> None:
-        usage = _usage(self._usage) if self._usage is not None else None
+        raw = self._usage
+        usage = _usage(raw, self._dialect.usage_reasoning) if raw is not None else None
         self._blocks.finish(self._reason(), usage=usage)
 
     def _reason(self) -> FinishReason:
@@ -343,7 +478,7 @@ def _user_messages(message: Message, image_input: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant_message(message: Message, provider_kind: str) -> dict[str, Any]:
+def _assistant_message(message: Message, dialect: Dialect) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     reasoning: list[str] = []
@@ -375,8 +510,8 @@ def _assistant_message(message: Message, provider_kind: str) -> dict[str, Any]:
         # DeepSeek thinking mode requires the reasoning of a tool-calling turn
         # to be sent back in every later request (400 otherwise); it ignores it
         # on turns without tool calls, so it is sent only where it is needed.
-        if provider_kind == "deepseek" and reasoning:
-            out["reasoning_content"] = "".join(reasoning)
+        if dialect.reasoning_back_field is not None and reasoning:
+            out[dialect.reasoning_back_field] = "".join(reasoning)
     elif not parts:
         out["content"] = ""
     return out
@@ -386,6 +521,7 @@ def build_openai_body(
     options: GenerateOptions,
     *,
     provider_kind: str = "openai",
+    dialect: Dialect | None = None,
     image_input: bool,
     include_usage: bool = True,
     max_tokens_field: str = "max_tokens",
@@ -395,14 +531,17 @@ def build_openai_body(
     ``image_input`` says whether the route accepts images: if not, each image
     becomes a ``[image: <media type>]`` text placeholder. ``max_tokens_field``
     names the output-cap field (OpenAI's reasoning models want
-    ``max_completion_tokens``). Reasoning blocks are not sent back, except
-    DeepSeek's ``reasoning_content`` on tool-calling turns. For DeepSeek, the
-    effort ``none`` turns thinking off; any other effort is sent as
-    ``reasoning_effort``, as it is for OpenAI.
+    ``max_completion_tokens``). ``dialect`` (default: the one named
+    ``provider_kind``) decides the rest: reasoning blocks are not sent back
+    except in its ``reasoning_back_field`` on tool-calling turns (DeepSeek);
+    the effort ``none`` becomes its ``effort_none_body`` where it has one
+    (DeepSeek: thinking disabled); any other effort is sent as
+    ``reasoning_effort``.
 
     Raises `LlmError` (``INVALID_REQUEST``) for a tool call in a user message
     or a tool result in an assistant message.
     """
+    dialect = dialect or dialect_of(provider_kind)
     messages: list[dict[str, Any]] = []
     system = system_prompt(options)
     if system:
@@ -411,9 +550,9 @@ def build_openai_body(
         if message.role == "user":
             messages.extend(_user_messages(message, image_input))
         elif message.role == "assistant":
-            messages.append(_assistant_message(message, provider_kind))
+            messages.append(_assistant_message(message, dialect))
     body: dict[str, Any] = {"model": options.model, "messages": messages, "stream": True}
-    if include_usage:
+    if include_usage and dialect.stream_usage:
         body["stream_options"] = {"include_usage": True}
     if options.tools:
         body["tools"] = [
@@ -435,8 +574,8 @@ def build_openai_body(
         body["stop"] = list(options.stop)
     effort = options.reasoning_effort
     if effort is not None:
-        if provider_kind == "deepseek" and effort == "none":
-            body["thinking"] = {"type": "disabled"}
+        if effort == "none" and dialect.effort_none_body is not None:
+            body.update(copy.deepcopy(dict(dialect.effort_none_body)))
         else:
             body["reasoning_effort"] = effort
     return body

@@ -1,13 +1,15 @@
 """`OpenAIChatAdapter`: OpenAI-compatible chat completions over httpx (SSE).
 
-Presets:
+Presets (data in `llmrt.adapters._presets`; each names a base URL, a key
+variable, a wire `Dialect` and a model table where the provider documents one):
 
-* ``deepseek-official`` — DeepSeek's API (``reasoning_content``, cache-hit
-  usage, ``402`` -> ``INSUFFICIENT_BALANCE``), key in ``DEEPSEEK_API_KEY``;
-* ``openai`` — OpenAI's API, key in ``OPENAI_API_KEY``;
-* ``openai-compatible`` — any server speaking chat completions (vLLM,
-  llama.cpp server, Ollama, OpenRouter, a LiteLLM proxy): give ``base_url``,
-  and ``api_key_env`` if the server wants a key.
+* hosted: ``deepseek-official``, ``openai``, ``openrouter``, ``groq``,
+  ``cerebras``, ``mistral``, ``xai``, ``together``, ``fireworks``;
+* local servers, no key: ``vllm``, ``ollama``, ``llama.cpp``, ``lmstudio``;
+* ``openai-compatible`` — any other server speaking chat completions (a
+  LiteLLM proxy, say): give ``base_url``, and ``api_key_env`` if it wants a key.
+
+See ``docs/adapters.md`` for each preset's reasoning form and usage rule.
 
 One adapter instance holds one ``httpx.AsyncClient`` (one connection pool)
 for its endpoint; `aclose` closes it.
@@ -39,89 +41,17 @@ from ._http import (
     stream_events,
 )
 from ._models import ModelSpec, fetch_models
-from ._openai_wire import OpenAIStreamDecoder, build_openai_body
+from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
+from ._presets import PRESETS, Preset
 
 __all__ = ["ModelSpec", "Preset", "PRESETS", "OpenAIChatAdapter"]
-
-
-@attrs.frozen
-class Preset:
-    name: str
-    display_name: str
-    #: Wire dialect: ``openai`` or ``deepseek``.
-    kind: str
-    base_url: str | None
-    api_key_env: str | None
-    models: tuple[ModelSpec, ...] = ()
-
-
-# DeepSeek: the context limit is the one a recorded 2026 overflow error states
-# (tests/wire/errors.json, "deepseek_400_context_window"); both names are served
-# by the same model now. Output defaults follow DeepSeek's API reference.
-_DEEPSEEK_MODELS = (
-    ModelSpec(
-        id="deepseek-chat",
-        name="DeepSeek Chat",
-        context_window=1_048_565,
-        default_max_tokens=4_096,
-        efforts=("none",),
-    ),
-    ModelSpec(
-        id="deepseek-reasoner",
-        name="DeepSeek Reasoner",
-        context_window=1_048_565,
-        default_max_tokens=32_768,
-    ),
-)
-_OPENAI_MODELS = (
-    ModelSpec(id="gpt-4.1", context_window=1_047_576, default_max_tokens=8_192, image_input=True),
-    ModelSpec(
-        id="gpt-4.1-mini", context_window=1_047_576, default_max_tokens=8_192, image_input=True
-    ),
-    ModelSpec(id="gpt-4o", context_window=128_000, default_max_tokens=4_096, image_input=True),
-    ModelSpec(id="gpt-4o-mini", context_window=128_000, default_max_tokens=4_096, image_input=True),
-    ModelSpec(
-        id="o4-mini",
-        context_window=200_000,
-        default_max_tokens=16_384,
-        image_input=True,
-        efforts=("low", "medium", "high"),
-        max_tokens_field="max_completion_tokens",
-    ),
-)
-
-PRESETS: Mapping[str, Preset] = {
-    "deepseek-official": Preset(
-        name="deepseek-official",
-        display_name="DeepSeek",
-        kind="deepseek",
-        base_url="https://api.deepseek.com",
-        api_key_env="DEEPSEEK_API_KEY",
-        models=_DEEPSEEK_MODELS,
-    ),
-    "openai": Preset(
-        name="openai",
-        display_name="OpenAI",
-        kind="openai",
-        base_url="https://api.openai.com/v1",
-        api_key_env="OPENAI_API_KEY",
-        models=_OPENAI_MODELS,
-    ),
-    "openai-compatible": Preset(
-        name="openai-compatible",
-        display_name="OpenAI-compatible server",
-        kind="openai",
-        base_url=None,
-        api_key_env=None,
-    ),
-}
 
 
 class _OpenAIEvents(SSEFeed):
     """``data:`` payloads in, chunks out; ``data: [DONE]`` ends the stream."""
 
-    def __init__(self, kind: str) -> None:
-        self._decoder = OpenAIStreamDecoder(provider_kind=kind)
+    def __init__(self, dialect: Dialect) -> None:
+        self._decoder = OpenAIStreamDecoder(dialect=dialect)
         super().__init__(self._decoder)
 
     def feed(self, data: bytes) -> list[StreamChunk]:
@@ -190,7 +120,7 @@ class OpenAIChatAdapter(Adapter):
         spec = self._table.get(options.model) or ModelSpec(id=options.model)
         body = build_openai_body(
             options,
-            provider_kind=self._preset.kind,
+            dialect=self._preset.dialect,
             image_input=spec.image_input,
             max_tokens_field=spec.max_tokens_field,
         )
@@ -200,7 +130,7 @@ class OpenAIChatAdapter(Adapter):
             body=msgspec.json.encode(body),
             headers=headers,
             provider_kind=self._preset.kind,
-            events=_OpenAIEvents(self._preset.kind),
+            events=_OpenAIEvents(self._preset.dialect),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:

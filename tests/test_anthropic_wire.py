@@ -92,6 +92,7 @@ def check_invariants(chunks: list[StreamChunk]) -> None:
             assert index in kinds and index not in ended, "a delta belongs to an open block"
             if type(c) is ToolCallDelta:
                 assert kinds[index] == "tool-call"
+                assert c.id, "every tool-call delta carries the call id"
                 parts[index].append(c.arguments_delta)
             else:
                 assert kinds[index] == ("text" if type(c) is TextDelta else "reasoning")

@@ -76,7 +76,7 @@ def test_other_finishes_without_blocks_stay_as_they_are() -> None:
         assert t.take() == [Finish(reason=reason)]
 
 
-def test_tool_call_fragments_carry_the_name_once() -> None:
+def test_tool_call_fragments_carry_the_id_always_and_the_name_once() -> None:
     t = BlockTracker(empty_arguments="{}")
     call = t.open("tool-call", ("tool", 0))
     t.tool_call(call, call_id="c1", name="now")
@@ -88,11 +88,11 @@ def test_tool_call_fragments_carry_the_name_once() -> None:
     t.finish(FinishToolCalls())
     chunks = t.take()
     deltas = [c for c in chunks if type(c) is ToolCallDelta]
-    assert [(d.name, d.arguments_delta) for d in deltas] == [
-        ("now", ""),
-        (None, '{"a"'),
-        (None, ": 1}"),
-        ("ping", ""),
+    assert [(d.id, d.name, d.arguments_delta) for d in deltas] == [
+        ("c1", "now", ""),
+        ("c1", None, '{"a"'),
+        ("c1", None, ": 1}"),
+        ("c2", "ping", ""),
     ]
     ends = [c.block for c in chunks if type(c) is BlockEnd]
     assert ends == [
@@ -101,13 +101,13 @@ def test_tool_call_fragments_carry_the_name_once() -> None:
     ]
 
 
-def test_the_call_id_on_every_fragment_when_asked() -> None:
-    t = BlockTracker(id_on_every_fragment=True)
+def test_the_call_id_on_the_first_fragment_only_when_asked() -> None:
+    t = BlockTracker(id_on_every_fragment=False)
     call = t.open("tool-call")
     t.tool_call(call, "{", call_id="c1", name="f")
     t.tool_call(call, "}")
     deltas = [c for c in t.take() if type(c) is ToolCallDelta]
-    assert [(d.id, d.name) for d in deltas] == [("c1", "f"), ("c1", None)]
+    assert [(d.id, d.name) for d in deltas] == [("c1", "f"), (None, None)]
 
 
 def test_failures_end_at_once_and_keep_a_request_id() -> None:

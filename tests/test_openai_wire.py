@@ -89,7 +89,8 @@ def check_invariants(chunks: list[StreamChunk]) -> None:
                     assert c.id and c.name, "the first tool-call delta carries id and name"
                     ids[index] = (c.id, c.name)
                 else:
-                    assert c.id is None and c.name is None
+                    assert c.id == ids[index][0], "every tool-call delta carries the call id"
+                    assert c.name is None
                 parts[index].append(c.arguments_delta)
             else:
                 expected_kind = "text" if type(c) is TextDelta else "reasoning"
