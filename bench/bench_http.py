@@ -873,7 +873,7 @@ def _decoder_bodies(n: int) -> dict[str, tuple[Callable[[], Any], bytes]]:
     ``event:`` line, ``item_id``, indices, ``sequence_number``, ``logprobs``).
     """
     from llmrt.adapters.gemini import _GeminiEvents
-    from llmrt.adapters.openai_chat import _OpenAIEvents
+    from llmrt.adapters.openai_chat import PRESETS, _OpenAIEvents
     from llmrt.adapters.openai_responses import _ResponsesEvents
     from llmrt.testing import openai_events
 
@@ -910,7 +910,7 @@ def _decoder_bodies(n: int) -> dict[str, tuple[Callable[[], Any], bytes]]:
     done = {"type": "response.completed", "sequence_number": n + 4, "response": {"id": "r"}}
     responses.append(f"event: response.completed\ndata: {json.dumps(done)}\n\n".encode())
     return {
-        "openai": (lambda: _OpenAIEvents("openai"), openai),
+        "openai": (lambda: _OpenAIEvents(PRESETS["openai"].dialect), openai),
         "gemini": (_GeminiEvents, b"".join(gemini)),
         "responses": (_ResponsesEvents, b"".join(responses)),
     }
