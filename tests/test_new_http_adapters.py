@@ -30,9 +30,9 @@ from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 from llmrt.testing import ErrorScript, SSEScript, Upstream, open_upstream, sse_data
 
-WIRE = pathlib.Path(__file__).parent / "wire"
-EXPECTED: dict[str, Any] = json.loads((WIRE / "expected_gemini_responses.json").read_text())
-ERRORS: list[dict[str, Any]] = json.loads((WIRE / "errors_gemini_responses.json").read_text())
+WIRE = pathlib.Path(__file__).parent / "wire" / "written"
+EXPECTED: dict[str, Any] = json.loads((WIRE / "expected.json").read_text())
+ERRORS: list[dict[str, Any]] = json.loads((WIRE / "errors.json").read_text())
 KEY = "AIzaTest-0123456789abcdef"
 ENV = {"TEST_KEY": KEY}
 GEMINI_MODEL = "gemini-2.5-flash"

@@ -16,8 +16,8 @@ from llmrt.adapters._http import EventFeed
 from llmrt.adapters.gemini import _GeminiEvents
 from llmrt.adapters.openai_responses import _ResponsesEvents
 
-WIRE = pathlib.Path(__file__).parent / "wire"
-EXPECTED: dict[str, Any] = json.loads((WIRE / "expected_gemini_responses.json").read_text())
+WIRE = pathlib.Path(__file__).parent / "wire" / "written"
+EXPECTED: dict[str, Any] = json.loads((WIRE / "expected.json").read_text())
 FEEDS: dict[str, Callable[[], EventFeed]] = {"gemini": _GeminiEvents, "responses": _ResponsesEvents}
 
 
