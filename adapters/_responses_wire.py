@@ -123,9 +123,10 @@ class _Event(msgspec.Struct):
     arguments: str | None = None
     item: _Item | None = None
     response: _Response | None = None
-    # The top-level ``error`` event.
+    # The top-level ``error`` event: its fields flat, or (some proxies) in ``error``.
     code: str | None = None
     message: str | None = None
+    error: _Error | None = None
 
 
 _decoder = msgspec.json.Decoder(_Event)
@@ -229,7 +230,10 @@ class ResponsesStreamDecoder:
         elif kind in _TERMINAL:
             self._terminal(kind, event.response)
         elif kind == "error":
-            t.fail_with(_failure(event.code, event.message))
+            nested = event.error or _Error()
+            t.fail_with(
+                _failure(event.code or nested.code, event.message or nested.message, nested.type)
+            )
         elif kind == "response.created" and event.response is not None:
             self._response_id = event.response.id
             self._model = event.response.model

@@ -273,6 +273,17 @@ async def test_list_models_falls_back_to_the_table_without_a_list(kind: str) -> 
     assert len(ids) >= 5
 
 
+async def test_gemini_list_models_refuses_an_unreadable_list() -> None:
+    def router(request: Any) -> Any:
+        return ErrorScript(200, body={"models": "not a list"})
+
+    async with open_upstream(router) as upstream, llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter_for("gemini", upstream))
+        with pytest.raises(llmrt.LlmError) as caught:
+            await rt.list_models("p")
+    assert caught.value.failure.code == ErrorCode.PROTOCOL
+
+
 async def test_gemini_list_models_classifies_a_bad_key() -> None:
     case = next(c for c in ERRORS if c["id"] == "gemini_400_api_key_invalid")
 

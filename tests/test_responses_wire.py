@@ -89,6 +89,8 @@ def test_failed_responses_are_classified_and_keep_usage(error: dict[str, str], c
 def test_the_error_event_ends_the_stream() -> None:
     chunks = decode(TEXT, event("error", code="server_error", message="x"), TEXT, completed())
     assert failure_of(chunks).code == ErrorCode.SERVER_ERROR
+    nested = event("error", error={"type": "invalid_request_error", "code": "invalid_prompt"})
+    assert failure_of(decode(nested)).code == ErrorCode.INVALID_REQUEST
 
 
 def test_completed_without_content_is_an_empty_response() -> None:
