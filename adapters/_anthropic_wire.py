@@ -14,6 +14,13 @@ block types (server tools and their results) have no llmrt form and are
 skipped with their deltas. llmrt indices are assigned in first-seen order
 over the blocks that are emitted.
 
+Shapes beside the plain stream: a ``tool_use`` whose complete ``input``
+arrives in ``content_block_start`` (programmatic tool calling) has that
+input, raw, as its arguments, and fragments after it are ignored; blocks
+carried whole in ``message_start.message.content`` are emitted, each opened
+and closed at once; a second ``message_start`` is a ``PROTOCOL`` error (one
+response is one message).
+
 Replay envelope of a successful finish: ``response`` holds the message id,
 model, native stop reason and the request id; ``blocks`` has one entry per
 emitted block: ``{"signature": ...}`` for a signed thinking block,

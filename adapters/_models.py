@@ -72,10 +72,14 @@ class ModelSpec:
 
 
 class ModelEntry(msgspec.Struct, frozen=True):
-    """One model of a provider's list: its id and, if the list gives one, its display name."""
+    """One model of a provider's list: its id and, if the list gives one, its display name.
+
+    ``display_name`` is Anthropic's field, ``name`` OpenRouter's; either names the model.
+    """
 
     id: str
     display_name: str | None = None
+    name: str | None = None
 
 
 class _DataList(msgspec.Struct):
@@ -86,7 +90,10 @@ _data_list = msgspec.json.Decoder(_DataList)
 
 
 def decode_data_list(body: bytes) -> Sequence[ModelEntry]:
-    """``{"data": [{"id": ..., "display_name"?: ...}, ...]}``; raises `msgspec.DecodeError`."""
+    """Read ``{"data": [{"id": ..., "display_name"?: ..., "name"?: ...}, ...]}``.
+
+    Raises `msgspec.DecodeError` for anything else.
+    """
     return _data_list.decode(body).data
 
 
@@ -113,12 +120,12 @@ def model_infos(
     for entry in entries:
         spec = table.get(entry.id)
         if spec is not None:
-            name = entry.display_name or spec.name or entry.id
+            name = entry.display_name or entry.name or spec.name or entry.id
             modalities: tuple[ModelModality, ...] | None = (
                 ("text", "image") if spec.image_input else ("text",)
             )
         else:
-            name, modalities = entry.display_name or entry.id, default_modalities
+            name, modalities = entry.display_name or entry.name or entry.id, default_modalities
         out.append(
             ModelInfo(
                 provider=provider,

@@ -151,6 +151,74 @@ async def test_request_body_and_headers_as_the_upstream_received_them(preset: st
     assert sent.json == want
 
 
+@pytest.mark.parametrize("preset", NAMES)
+async def test_a_tool_loop_goes_out_field_by_field(preset: str) -> None:
+    weather = llmrt.ToolSchema(
+        name="get_weather",
+        description="Weather for a city",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    assistant = llmrt.Message(
+        id="a1",
+        role="assistant",
+        content=(
+            llmrt.ReasoningBlock(text="Weather wanted."),
+            llmrt.TextBlock(text="Checking."),
+            llmrt.ToolCallBlock(id="call_1", name="get_weather", arguments='{"city":"Paris"}'),
+        ),
+        source=llmrt.ModelSource(provider="p", model="m"),
+    )
+    options = request(
+        messages=(
+            llmrt.user_message("Weather in Paris?"),
+            assistant,
+            llmrt.tool_result_message("call_1", "18 C", tool="get_weather"),
+        ),
+        tools=(weather,),
+    )
+    async with open_upstream(SSEScript(events=openai_events(["ok"]))) as upstream:
+        await run_call(preset, upstream, options)
+    (sent,) = upstream.requests
+    user, said, result = sent.json["messages"]
+    assert user == {"role": "user", "content": "Weather in Paris?"}
+    back = PRESETS[preset].dialect.reasoning_back_field
+    assert said == {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+            }
+        ],
+        **({back: "Weather wanted."} if back else {}),
+    }
+    assert result == {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}
+    assert sent.json["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "parameters": weather.parameters,
+            },
+        }
+    ]
+
+
+def test_llmrt_call_defaults_to_a_presets_first_model(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrt.actors._cli import _default_model
+
+    monkeypatch.chdir(tmp_path)  # no llmrt.toml here
+    config = load_config(environ={"GROQ_API_KEY": KEY})
+    assert _default_model(config, "groq") == PRESETS["groq"].models[0].id
+    with pytest.raises(SystemExit):
+        _default_model(load_config(environ={"TOGETHER_API_KEY": KEY}), "together")
+
+
 @pytest.mark.parametrize(
     ("preset", "model", "effort", "fields"),
     [
@@ -220,6 +288,21 @@ async def test_list_models_reads_the_endpoint(preset: str) -> None:
         assert sent.headers["authorization"] == f"Bearer {KEY}"
     else:
         assert "authorization" not in sent.headers
+
+
+async def test_list_models_takes_the_names_the_list_gives() -> None:
+    listing = {
+        "data": [
+            {"id": "anthropic/claude-sonnet-4.5", "name": "Anthropic: Claude Sonnet 4.5"},
+            {"id": "llama-3.3-70b-versatile", "object": "model", "owned_by": "Meta"},
+        ]
+    }
+    async with open_upstream(lambda request: ErrorScript(status=200, body=listing)) as upstream:
+        models = await adapter("groq", upstream).list_models("p")
+    assert [(m.id, m.name, m.input_modalities) for m in models] == [
+        ("anthropic/claude-sonnet-4.5", "Anthropic: Claude Sonnet 4.5", None),
+        ("llama-3.3-70b-versatile", "Llama 3.3 70B Versatile", ("text",)),
+    ]
 
 
 async def test_list_models_falls_back_on_the_table_without_an_endpoint() -> None:

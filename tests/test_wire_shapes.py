@@ -175,3 +175,104 @@ def test_text_deltas_are_never_empty_in_any_transcript() -> None:
     for name, case in CASES.items():
         chunks = decode(case["provider"], [(WIRE / name).read_bytes()])
         assert all(c.text for c in chunks if type(c) is TextDelta), name
+
+
+# ---- the rules behind the shapes, one by one ---------------------------------------------------
+
+
+def _anthropic(*events: tuple[str, dict[str, Any]]) -> list[StreamChunk]:
+    from llmrt.adapters._anthropic_wire import AnthropicStreamDecoder
+
+    decoder = AnthropicStreamDecoder()
+    chunks: list[StreamChunk] = []
+    for name, payload in events:
+        chunks += decoder.push(name, json.dumps({"type": name, **payload}).encode())
+    return chunks + decoder.end()
+
+
+def _blocks(chunks: list[StreamChunk]) -> tuple[llmrt.ContentBlock, ...]:
+    assembler = BlockAssembler()
+    for c in chunks:
+        assembler.push(c)
+    return assembler.blocks()
+
+
+def test_fragments_after_a_whole_tool_input_are_not_appended() -> None:
+    tool = {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}
+    chunks = _anthropic(
+        ("message_start", {"message": {"id": "m", "content": []}}),
+        ("content_block_start", {"index": 0, "content_block": tool}),
+        (
+            "content_block_delta",
+            {"index": 0, "delta": {"type": "input_json_delta", "partial_json": "{"}},
+        ),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "tool_use"}}),
+        ("message_stop", {}),
+    )
+    assert _blocks(chunks) == (
+        llmrt.ToolCallBlock(id="t1", name="f", arguments='{"a": 1}'),
+    )  # raw, as sent
+
+
+def test_thinking_inside_message_start_keeps_its_signature_for_replay() -> None:
+    content = [
+        {"type": "thinking", "thinking": "Hmm.", "signature": "sig-1"},
+        {"type": "text", "text": "Hi"},
+    ]
+    chunks = _anthropic(
+        ("message_start", {"message": {"id": "m", "content": content, "stop_reason": "end_turn"}}),
+        ("message_stop", {}),
+    )
+    assert _blocks(chunks) == (llmrt.ReasoningBlock(text="Hmm."), llmrt.TextBlock(text="Hi"))
+    finish = chunks[-1]
+    assert type(finish) is Finish and finish.replay_state is not None
+    assert finish.replay_state.blocks == ({"signature": "sig-1"}, None)
+    assert finish.replay_state.response["stopReason"] == "end_turn"
+
+
+def _openai(preset: str, *deltas: dict[str, Any], usage: dict[str, Any] | None = None) -> Any:
+    from llmrt.adapters._openai_wire import OpenAIStreamDecoder
+
+    decoder = OpenAIStreamDecoder(dialect=PRESETS[preset].dialect)
+    chunks: list[StreamChunk] = []
+    for delta in deltas:
+        chunks += decoder.push(json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode())
+    if usage is not None:
+        chunks += decoder.push(json.dumps({"choices": [], "usage": usage}).encode())
+    chunks += decoder.push(b"[DONE]")
+    assembler = BlockAssembler()
+    for c in chunks:
+        assembler.push(c)
+    return assembler
+
+
+def test_reasoning_mirrored_in_two_fields_counts_once() -> None:
+    both = {"reasoning": "Think.", "reasoning_content": "Think."}
+    got = _openai("openai-compatible", both, {"content": "Done."})
+    assert got.blocks() == (llmrt.ReasoningBlock(text="Think."), llmrt.TextBlock(text="Done."))
+    # A dialect reads only the fields it declares, in its order.
+    got = _openai("groq", {"reasoning_content": "ignored", "reasoning": "Read."}, {"content": "x"})
+    assert got.blocks()[0] == llmrt.ReasoningBlock(text="Read.")
+
+
+@pytest.mark.parametrize(
+    ("preset", "usage", "output"),
+    [
+        # OpenAI's rule: completion includes reasoning.
+        ("openai", {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}, 30),
+        # xAI, by total: reasoning outside completion is added ...
+        ("xai", {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 55}, 50),
+        # ... and inside it (total = prompt + completion) it is not.
+        ("xai", {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}, 30),
+        # Any dialect: an output below its own reasoning cannot include it.
+        ("openai", {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}, 27),
+    ],
+)
+def test_output_tokens_always_include_reasoning(
+    preset: str, usage: dict[str, Any], output: int
+) -> None:
+    usage = {**usage, "completion_tokens_details": {"reasoning_tokens": 20}}
+    got = _openai(preset, {"content": "x"}, usage=usage)
+    assert got.usage.output_tokens == output
+    assert got.usage.reasoning_tokens == 20
