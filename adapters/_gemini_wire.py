@@ -254,20 +254,18 @@ class GeminiStreamDecoder:
             t.end("a finishReason")
             return t.take()
         usage = _usage(self._usage) if self._usage is not None else None
-        reason = self._reason()
-        envelope = None
-        if type(reason) is not FinishStop or t.blocks:
-            response = {
-                key: value
-                for key, value in (
-                    ("responseId", self._response_id),
-                    ("modelVersion", self._model_version),
-                    ("finishReason", self._finish_reason),
-                )
-                if value is not None
-            }
-            envelope = ReplayEnvelope(response=response, blocks=t.replay_blocks())
-        t.finish(reason, usage=usage, replay_state=envelope)
+        response = {
+            key: value
+            for key, value in (
+                ("responseId", self._response_id),
+                ("modelVersion", self._model_version),
+                ("finishReason", self._finish_reason),
+            )
+            if value is not None
+        }
+        # The tracker keeps the envelope off error finishes.
+        envelope = ReplayEnvelope(response=response, blocks=t.replay_blocks())
+        t.finish(self._reason(), usage=usage, replay_state=envelope)
         return t.take()
 
     # --- internals ---
