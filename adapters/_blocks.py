@@ -197,13 +197,13 @@ class BlockTracker:
 
     def text(self, block: Block, text: str | None) -> None:
         """Append text to an open text block (emits ``text-delta``; empty text emits nothing)."""
-        if text and self._live(block):
+        if text and not (self._done or block.closed):
             block.parts.append(text)
             self._out.append(TextDelta(index=block.index, text=text))
 
     def reasoning(self, block: Block, text: str | None) -> None:
         """Append reasoning to an open reasoning block (emits ``reasoning-delta``)."""
-        if text and self._live(block):
+        if text and not (self._done or block.closed):
             block.parts.append(text)
             self._out.append(ReasoningDelta(index=block.index, text=text))
 

@@ -48,7 +48,7 @@ from llmrt import (
     ToolResultBlock,
 )
 
-from ._blocks import BlockTracker
+from ._blocks import Block, BlockTracker
 from ._classify import classify_stream_error
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
@@ -250,7 +250,14 @@ class OpenAIStreamDecoder:
     text block. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = ("_blocks", "_dialect", "_finish_reason", "_saw_tool_call", "_usage")
+    __slots__ = (
+        "_blocks",
+        "_dialect",
+        "_finish_reason",
+        "_saw_tool_call",
+        "_text_block",
+        "_usage",
+    )
 
     def __init__(
         self,
@@ -261,6 +268,7 @@ class OpenAIStreamDecoder:
     ) -> None:
         self._dialect = dialect or dialect_of(provider_kind)
         self._blocks = BlockTracker(request_id=request_id)
+        self._text_block: Block | None = None
         self._saw_tool_call = False
         self._finish_reason: str | None = None
         self._usage: _Usage | None = None
@@ -296,12 +304,16 @@ class OpenAIStreamDecoder:
             delta = choice.delta
             if delta is not None:
                 # Reasoning precedes the answer, so it is read first.
-                self._reasoning(self._reasoning_text(delta))
-                if isinstance(delta.content, str):
-                    self._text(delta.content)
-                elif delta.content:
-                    self._append_parts(delta.content)
-                self._text(delta.refusal)
+                if delta.reasoning_content is not None or delta.reasoning is not None:
+                    self._reasoning(self._reasoning_text(delta))
+                content = delta.content
+                if content:
+                    if isinstance(content, str):
+                        self._text(content)
+                    else:
+                        self._append_parts(content)
+                if delta.refusal:
+                    self._text(delta.refusal)
                 if delta.tool_calls:
                     for call in delta.tool_calls:
                         self._append_tool(call)
@@ -340,7 +352,10 @@ class OpenAIStreamDecoder:
     def _text(self, text: str | None) -> None:
         # Empty and null deltas never open a block.
         if text:
-            self._blocks.text(self._blocks.get("text") or self._blocks.open("text", "text"), text)
+            block = self._text_block
+            if block is None:
+                block = self._text_block = self._blocks.open("text", "text")
+            self._blocks.text(block, text)
 
     def _reasoning(self, text: str | None) -> None:
         if text:
