@@ -117,7 +117,8 @@ class _PromptFeedback(msgspec.Struct, rename="camel"):
 
 class _Chunk(msgspec.Struct, rename="camel"):
     candidates: list[_Candidate] | None = None
-    usage_metadata: _Usage | None = None
+    #: Restated on every chunk and only the last one counts: kept raw, decoded once at the end.
+    usage_metadata: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     prompt_feedback: _PromptFeedback | None = None
     response_id: str | None = None
     model_version: str | None = None
@@ -125,6 +126,7 @@ class _Chunk(msgspec.Struct, rename="camel"):
 
 
 _decoder = msgspec.json.Decoder(_Chunk)
+_usage_decoder = msgspec.json.Decoder(_Usage)
 _BAD_JSON = (msgspec.DecodeError, msgspec.ValidationError)
 
 #: Finish reasons that say the provider's filters stopped the answer: the same
@@ -202,7 +204,7 @@ class GeminiStreamDecoder:
         self._pending_signature: str | None = None
         self._finish_reason: str | None = None
         self._prompt_block: str | None = None
-        self._usage: _Usage | None = None
+        self._usage = msgspec.Raw()
         self._response_id: str | None = None
         self._model_version: str | None = None
         self._calls = 0
@@ -225,7 +227,7 @@ class GeminiStreamDecoder:
         if chunk.error is not None:
             t.fail_with(classify_stream_error("gemini", {"error": chunk.error}))
             return t.take()
-        if chunk.usage_metadata is not None:
+        if chunk.usage_metadata:
             self._usage = chunk.usage_metadata
         if chunk.response_id:
             self._response_id = chunk.response_id
@@ -253,7 +255,13 @@ class GeminiStreamDecoder:
         if self._finish_reason is None and self._prompt_block is None:
             t.end("a finishReason")
             return t.take()
-        usage = _usage(self._usage) if self._usage is not None else None
+        usage = None
+        if self._usage:
+            try:
+                usage = _usage(_usage_decoder.decode(self._usage))
+            except _BAD_JSON as exc:
+                t.fail(ErrorCode.PROTOCOL, f"malformed usageMetadata from the provider: {exc}")
+                return t.take()
         response = {
             key: value
             for key, value in (
@@ -272,6 +280,22 @@ class GeminiStreamDecoder:
 
     def _part(self, part: _Part) -> None:
         t = self._t
+        text = part.text
+        current = self._current
+        if (
+            text
+            and current is not None
+            and part.thought_signature is None
+            and part.function_call is None
+            and current.kind == ("reasoning" if part.thought else "text")
+            and not current.closed
+        ):
+            # The common case: more of the block being streamed.
+            if part.thought:
+                t.reasoning(current, text)
+            else:
+                t.text(current, text)
+            return
         block: Block | None = None
         call = part.function_call
         if call is not None:
