@@ -161,6 +161,13 @@ def test_usage_is_disjoint_and_the_last_report_wins() -> None:
     )
 
 
+def test_malformed_usage_is_a_protocol_error_at_the_end() -> None:
+    bad = {"promptTokenCount": "many"}
+    finish = finish_of(decode(payload([{"text": "a"}], "STOP", usageMetadata=bad)))
+    assert type(finish.reason) is FinishError
+    assert finish.reason.failure.code == ErrorCode.PROTOCOL
+
+
 def test_prompt_block_without_candidates() -> None:
     data = json.dumps({"promptFeedback": {"blockReason": "BLOCKLIST"}}).encode()
     finish = finish_of(decode(data))
