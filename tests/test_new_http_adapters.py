@@ -168,6 +168,23 @@ async def test_gemini_error_inside_a_200_stream(error: dict[str, Any], code: str
     assert sum(isinstance(c, Finish) for c in chunks) == 1
 
 
+async def test_gemini_json_error_with_a_success_status() -> None:
+    error = {
+        "error": {
+            "code": 429,
+            "message": "Resource has been exhausted (e.g. check quota).",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2s"}],
+        }
+    }
+    async with serve("gemini", ErrorScript(status=200, body=error)) as upstream:
+        chunks = await run_call("gemini", upstream)
+    failure = failure_of(chunks)
+    assert failure.code == ErrorCode.RATE_LIMIT
+    assert failure.provider_retry_after_ms == 2000
+    assert "RESOURCE_EXHAUSTED" in failure.message
+
+
 @pytest.mark.parametrize("kind", ["gemini", "responses"])
 async def test_a_body_cut_before_the_end_is_a_network_error(kind: str) -> None:
     script = SSEScript(events=text_body(kind, ["a", "b", "c"]), disconnect_after=2)
