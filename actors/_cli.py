@@ -276,6 +276,10 @@ def _default_model(config: configuration.Config, provider: str) -> str:
         return "gpt-4.1-mini"
     if spec.adapter == "anthropic":
         return "claude-sonnet-4-5"
+    if spec.adapter == "gemini":
+        return "gemini-2.5-flash"
+    if spec.adapter == "openai_responses":
+        return "gpt-5-mini"
     preset = find_preset(spec.preset or "")
     if preset is not None and preset.models:
         return preset.models[0].id

@@ -5,11 +5,11 @@ adds a route for each well-known API-key variable that is set and not
 already used by the file, and always adds the built-in ``demo`` route unless
 the file declares one. `register_config` registers the routes into a runtime,
 in `Config.routes` order: file entries (file order), then detected
-environment routes (``deepseek``, ``openai``, ``anthropic``, then the other
-hosted presets with a key variable: ``openrouter``, ``groq``, ...), then
-``demo`` last, so a real provider comes first when there is one. Local
-servers (``vllm``, ``ollama``, ...) have no key: they are routes only when
-the file declares them.
+environment routes (``deepseek``, ``openai``, ``openai-responses``,
+``anthropic``, ``gemini``, then the other hosted presets with a key variable:
+``openrouter``, ``groq``, ...), then ``demo`` last, so a real provider comes
+first when there is one. Local servers (``vllm``, ``ollama``, ...) have no
+key: they are routes only when the file declares them.
 
 Every problem is one `ConfigError` naming the file, the line and the reason.
 API keys never live in the file (an ``api_key`` key is refused) and their
@@ -40,7 +40,9 @@ from llmrt import (
 from llmrt._nesting import MAX_NESTING, toml_too_deep
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
+from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter, find_preset
+from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 
 from ._config_schema import (
     FileTable,
@@ -71,7 +73,7 @@ __all__ = [
     "describe",
 ]
 
-AdapterKind = Literal["openai_chat", "anthropic", "demo"]
+AdapterKind = Literal["openai_chat", "anthropic", "demo", "gemini", "openai_responses"]
 
 #: The file `load_config` reads when no path is given and ``$LLMRT_CONFIG`` is unset.
 DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
@@ -83,7 +85,13 @@ CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
 DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] = (
     ("DEEPSEEK_API_KEY", "deepseek", "openai_chat", "deepseek-official"),
     ("OPENAI_API_KEY", "openai", "openai_chat", "openai"),
+    # The same key also serves the Responses API, on a route of its own: the
+    # ``openai`` route stays on chat completions for every model.
+    ("OPENAI_API_KEY", "openai-responses", "openai_responses", None),
     ("ANTHROPIC_API_KEY", "anthropic", "anthropic", None),
+    # Google's tools read either name; GEMINI_API_KEY wins when both are set.
+    ("GEMINI_API_KEY", "gemini", "gemini", None),
+    ("GOOGLE_API_KEY", "gemini", "gemini", None),
     *(
         (preset.api_key_env, preset.route, "openai_chat", preset.name)
         for preset in PRESETS.values()
@@ -93,7 +101,13 @@ DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] 
     ),
 )
 
-_ADAPTERS: Final[tuple[AdapterKind, ...]] = ("openai_chat", "anthropic", "demo")
+_ADAPTERS: Final[tuple[AdapterKind, ...]] = (
+    "openai_chat",
+    "anthropic",
+    "demo",
+    "gemini",
+    "openai_responses",
+)
 _COMMON = frozenset({"adapter", "route", "routes", "stream_idle_timeout"})
 _HTTP = frozenset({"base_url", "api_key_env", "display_name", "models", "retry"})
 #: The keys of a ``[[provider]]`` entry each adapter accepts.
@@ -101,8 +115,12 @@ _KEYS: Final[Mapping[str, frozenset[str]]] = {
     "openai_chat": _COMMON | _HTTP | {"preset"},
     "anthropic": _COMMON | _HTTP | {"default_max_tokens"},
     "demo": _COMMON | {"tokens_per_second"},
+    "gemini": _COMMON | _HTTP,
+    "openai_responses": _COMMON | _HTTP,
 }
 _ANTHROPIC_KEY_ENV: Final = "ANTHROPIC_API_KEY"
+_GEMINI_KEY_ENV: Final = "GEMINI_API_KEY"
+_OPENAI_KEY_ENV: Final = "OPENAI_API_KEY"
 #: Seconds `register_config` spends undoing a partial registration.
 _CLEANUP_GRACE: Final = 5.0
 _SECRET_KEYS = frozenset({"api_key", "apikey", "api-key", "apiKey"})
@@ -478,6 +496,10 @@ def _api_key_env(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
         return name
     if entry.adapter == "anthropic":
         return _ANTHROPIC_KEY_ENV
+    if entry.adapter == "gemini":
+        return _GEMINI_KEY_ENV
+    if entry.adapter == "openai_responses":
+        return _OPENAI_KEY_ENV
     found = find_preset(entry.preset or "openai-compatible")
     assert found is not None  # checked by _preset first
     return found.api_key_env
@@ -559,6 +581,9 @@ def _complete(
     """Add the detected environment routes and the built-in demo route."""
     taken = {name for spec in routes for name in spec.providers}
     used_vars = {spec.api_key_env for spec in routes}
+    # A file that declares one of a variable's detected routes configures that
+    # provider itself: the variable's other routes are not added either.
+    used_vars |= {var for var, route, _, _ in DETECTED_PROVIDERS if route in taken}
     out = list(routes)
     for var, route, adapter, preset in DETECTED_PROVIDERS:
         # Only presence is checked: the value is never kept, logged or shown.
@@ -625,6 +650,32 @@ def build_adapter(spec: RouteSpec, *, environ: Mapping[str, str] | None = None) 
             )
         case "demo":
             return DemoAdapter(tokens_per_second=spec.tokens_per_second)
+        case "gemini":
+            return GeminiAdapter(
+                api_key_env=spec.api_key_env or _GEMINI_KEY_ENV,
+                models=spec.models,
+                retry_policy=spec.retry,
+                environ=environ,
+                **_http_extra(spec),
+            )
+        case "openai_responses":
+            return OpenAIResponsesAdapter(
+                api_key_env=spec.api_key_env or _OPENAI_KEY_ENV,
+                models=spec.models,
+                retry_policy=spec.retry,
+                environ=environ,
+                **_http_extra(spec),
+            )
+
+
+def _http_extra(spec: RouteSpec) -> dict[str, Any]:
+    """The optional settings of an HTTP adapter that the spec sets (others keep defaults)."""
+    extra: dict[str, Any] = {}
+    if spec.base_url is not None:
+        extra["base_url"] = spec.base_url
+    if spec.display_name is not None:
+        extra["display_name"] = spec.display_name
+    return extra
 
 
 async def register_config(

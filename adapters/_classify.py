@@ -31,6 +31,7 @@ knows its exact keys, redacts again with them (see ``_http.stream_events``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import email.utils
 import math
@@ -215,13 +216,17 @@ def classify_http_error(
     else:
         text = "empty response body"
     label = f"{provider_kind} HTTP {status}{_detail(info)}"
-    return LlmFailure(
+    failure = LlmFailure(
         message=f"{label}: {_clean(text)}",
         code=code,
         status=status,
         provider_retry_after_ms=parse_retry_after(headers, now),
         request_id=request_id or info.request_id,
     )
+    if provider_kind == "gemini":
+        with contextlib.suppress(msgspec.DecodeError):
+            failure = _refine_google(failure, _json_decoder.decode(body))
+    return failure
 
 
 def classify_stream_error(provider_kind: str, payload: Mapping[str, Any]) -> LlmFailure:
@@ -235,11 +240,14 @@ def classify_stream_error(provider_kind: str, payload: Mapping[str, Any]) -> Llm
     info = _info_from_object(payload)
     code = _decide(provider_kind, info.status, info)
     label = f"{provider_kind} stream error{_detail(info)}"
-    return LlmFailure(
+    failure = LlmFailure(
         message=f"{label}: {_clean(info.message or 'no message')}",
         code=code,
         request_id=info.request_id,
     )
+    if provider_kind == "gemini":
+        failure = _refine_google(failure, payload)
+    return failure
 
 
 # -- internals -------------------------------------------------------------
@@ -329,3 +337,90 @@ def _clean(text: str) -> str:
 
 def _lower_keys(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
+
+
+# -- Google (Gemini API) ---------------------------------------------------
+#
+# Google's errors are ``{"error": {"code": <HTTP status>, "message", "status":
+# "RESOURCE_EXHAUSTED", "details": [...]}}``. The generic reading routes them
+# by ``code``; these facts only the Google form carries come on top.
+
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)s\s*")
+# "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+_GOOGLE_OVERFLOW = re.compile(r"input token count.*exceeds the maximum", re.IGNORECASE | re.DOTALL)
+# ``error.status`` names, for in-band errors whose ``code`` is missing.
+_GOOGLE_STATUS: dict[str, ErrorCode] = {
+    "INVALID_ARGUMENT": ErrorCode.INVALID_REQUEST,
+    "FAILED_PRECONDITION": ErrorCode.INVALID_REQUEST,
+    "NOT_FOUND": ErrorCode.INVALID_REQUEST,
+    "UNAUTHENTICATED": ErrorCode.AUTH,
+    "PERMISSION_DENIED": ErrorCode.AUTH,
+    "RESOURCE_EXHAUSTED": ErrorCode.RATE_LIMIT,
+    "UNAVAILABLE": ErrorCode.OVERLOADED,
+    "DEADLINE_EXCEEDED": ErrorCode.TIMEOUT,
+    "INTERNAL": ErrorCode.SERVER_ERROR,
+}
+_GOOGLE_AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED"})
+
+
+def _google_error(payload: object) -> Mapping[str, Any]:
+    """The inner object of ``{"error": {...}}``, also inside a one-element list."""
+    if isinstance(payload, list) and payload:
+        payload = payload[0]
+    if isinstance(payload, Mapping):
+        inner = payload.get("error")
+        if isinstance(inner, Mapping):
+            return inner
+    return {}
+
+
+def _google_retry_ms(details: list[Mapping[str, Any]]) -> int | None:
+    """``RetryInfo.retryDelay`` (a protobuf Duration: ``"37s"``, ``"1.5s"``) in ms, rounded up."""
+    for detail in details:
+        delay = detail.get("retryDelay") if detail.get("@type") == _RETRY_INFO else None
+        found = _DURATION.fullmatch(delay) if isinstance(delay, str) else None
+        if found:
+            value = math.ceil(float(found[1]) * 1000)
+            return value if value > 0 else None
+    return None
+
+
+def _refine_google(failure: LlmFailure, payload: object) -> LlmFailure:
+    """Refine a Gemini failure from the error object's message, status and details.
+
+    "input token count ... exceeds the maximum" -> ``CONTEXT_WINDOW_EXCEEDED``;
+    an ``ErrorInfo`` reason ``API_KEY_INVALID`` (Google sends it as 400) ->
+    ``AUTH``; an in-band error without a ``code`` routes on ``status``; a
+    ``RetryInfo.retryDelay`` -> ``providerRetryAfterMs`` when no header gave one.
+    """
+    error = _google_error(payload)
+    if not error:
+        return failure
+    raw_details = error.get("details")
+    details = (
+        [d for d in raw_details if isinstance(d, Mapping)] if isinstance(raw_details, list) else []
+    )
+    reasons = {d.get("reason") for d in details if d.get("@type") == _ERROR_INFO}
+    message, status_name = error.get("message"), error.get("status")
+    code = failure.code
+    if isinstance(message, str) and _GOOGLE_OVERFLOW.search(message):
+        code = ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    elif reasons & _GOOGLE_AUTH_REASONS:
+        code = ErrorCode.AUTH
+    elif (
+        failure.status is None
+        and not isinstance(error.get("code"), int)
+        and isinstance(status_name, str)
+        and status_name in _GOOGLE_STATUS
+    ):
+        code = _GOOGLE_STATUS[status_name]
+    retry_after = failure.provider_retry_after_ms
+    if retry_after is None:
+        retry_after = _google_retry_ms(details)
+    if isinstance(status_name, str) and status_name and status_name not in failure.message:
+        # Name Google's status in the message, as the type is named for others.
+        label, _, rest = failure.message.partition(": ")
+        failure = msgspec.structs.replace(failure, message=f"{label} ({status_name}): {rest}")
+    return msgspec.structs.replace(failure, code=code, provider_retry_after_ms=retry_after)

@@ -32,7 +32,12 @@ contender's workload runs in a fresh worker process too, so the client's CPU
    stream, close) over the chunks received. If llmrt misses its target, one
    more llmrt run at 3,000 streams under cProfile shows where the time goes. The peak number of
    connections open at once is taken from the upstream's records.
-4. ``abandon``: 20 slow streams (1,000 chunks, 10 ms apart); each consumer
+4. ``decoders``: client CPU µs per chunk of each provider decoder in process
+   (SSE parser + wire decoder, the adapters' ``feed``), on one
+   20,000-chunk body per provider cut into coalesced 64 KiB reads: the
+   OpenAI-compatible decoder, Gemini and the Responses API, median of 7
+   runs each, interleaved, with each new decoder's ratio to the OpenAI one.
+5. ``abandon``: 20 slow streams (1,000 chunks, 10 ms apart); each consumer
    leaves after 3-7 chunks the way users of its library do. Latency is from
    the consumer leaving (``time.monotonic()`` in the worker) until the
    upstream saw the connection close (its `ConnectionRecord.closed_at`, a
@@ -66,7 +71,7 @@ import trio
 from _common import environment, median, rss_kib, table, write_json
 from _peers import MARKER_PREFIX, PEERS, RECEIVED, Peer
 
-SECTIONS = ("per-chunk", "concurrency", "scaling", "abandon")
+SECTIONS = ("per-chunk", "concurrency", "scaling", "decoders", "abandon")
 
 #: Targets from the issue.
 TARGET_US_PER_CHUNK = 12.0
@@ -74,6 +79,8 @@ TARGET_SDK_RATIO = 5.0
 TARGET_CONCURRENCY_RATIO = 1.3
 TARGET_SCALING_RATIO = 1.3
 TARGET_CLOSE_MS = 1.0
+#: A new decoder's CPU per chunk over the OpenAI-compatible decoder's (issue 11).
+TARGET_DECODER_RATIO = 1.5
 
 FULL: dict[str, Any] = {
     "bulk_chunks": 20_000,
@@ -87,6 +94,8 @@ FULL: dict[str, Any] = {
     "scale_deadline": 150.0,
     "scale_profile": (3_000, 0.6),
     "profile_deadline": 45.0,
+    "decoder_chunks": 20_000,
+    "decoder_runs": 7,
     "abandon_streams": 20,
     "abandon_rounds": 3,
     "abandon_window": 2.0,
@@ -103,6 +112,8 @@ QUICK: dict[str, Any] = {
     "scale_deadline": 60.0,
     "scale_profile": None,
     "profile_deadline": 30.0,
+    "decoder_chunks": 5_000,
+    "decoder_runs": 5,
     "abandon_streams": 20,
     "abandon_rounds": 1,
     "abandon_window": 1.5,
@@ -774,7 +785,7 @@ def section_scaling(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 def section_abandon(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     n, rounds, window = cfg["abandon_streams"], cfg["abandon_rounds"], cfg["abandon_window"]
     print(
-        f"\n== 4. abandon: {n} streams ({ABANDON_CHUNKS} chunks, {ABANDON_DELAY * 1e3:g} ms apart)"
+        f"\n== 5. abandon: {n} streams ({ABANDON_CHUNKS} chunks, {ABANDON_DELAY * 1e3:g} ms apart)"
         f" left after 3-7 chunks, {rounds} round(s); consumer leaves -> upstream sees close ==",
         flush=True,
     )
@@ -854,6 +865,119 @@ def section_abandon(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     }
 
 
+def _decoder_bodies(n: int) -> dict[str, tuple[Callable[[], Any], bytes]]:
+    """One ``n``-text-chunk body per provider decoder, shaped like the provider's events.
+
+    Each event carries what the provider repeats on every chunk (Gemini:
+    ``usageMetadata``, ``modelVersion``, ``responseId``; Responses: the
+    ``event:`` line, ``item_id``, indices, ``sequence_number``, ``logprobs``).
+    """
+    from llmrt.adapters.gemini import _GeminiEvents
+    from llmrt.adapters.openai_chat import PRESETS, _OpenAIEvents
+    from llmrt.adapters.openai_responses import _ResponsesEvents
+    from llmrt.testing import openai_events
+
+    words = [f" w{i % 97}" for i in range(n)]
+    openai = b"".join(openai_events(words))
+    gemini = []
+    for i, word in enumerate(words):
+        chunk: dict[str, Any] = {
+            "candidates": [{"content": {"parts": [{"text": word}], "role": "model"}, "index": 0}],
+            "usageMetadata": {
+                "promptTokenCount": 12,
+                "candidatesTokenCount": i + 1,
+                "totalTokenCount": 13 + i,
+            },
+            "modelVersion": "gemini-2.5-flash",
+            "responseId": "bench-gemini-response-0001",
+        }
+        if i == n - 1:
+            chunk["candidates"][0]["finishReason"] = "STOP"
+        gemini.append(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\r\n\r\n")
+    responses = []
+    for i, word in enumerate(words):
+        event = {
+            "type": "response.output_text.delta",
+            "sequence_number": i + 4,
+            "item_id": "msg_bench0123456789abcdef0123456789abcdef",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": word,
+            "logprobs": [],
+        }
+        data = json.dumps(event, separators=(",", ":"))
+        responses.append(f"event: response.output_text.delta\ndata: {data}\n\n".encode())
+    done = {"type": "response.completed", "sequence_number": n + 4, "response": {"id": "r"}}
+    responses.append(f"event: response.completed\ndata: {json.dumps(done)}\n\n".encode())
+    return {
+        "openai": (lambda: _OpenAIEvents(PRESETS["openai"].dialect), openai),
+        "gemini": (_GeminiEvents, b"".join(gemini)),
+        "responses": (_ResponsesEvents, b"".join(responses)),
+    }
+
+
+def _decode_once(make: Callable[[], Any], reads: list[bytes]) -> tuple[float, int]:
+    """CPU seconds to feed ``reads`` through a fresh feed, and the text deltas it produced."""
+    from llmrt import TextDelta
+
+    gc.collect()
+    c0 = time.process_time()
+    feed = make()
+    count = 0
+    for read in reads:
+        for chunk in feed.feed(read):
+            if type(chunk) is TextDelta:
+                count += 1
+    if not feed.finished:
+        for chunk in feed.end():
+            if type(chunk) is TextDelta:
+                count += 1
+    return time.process_time() - c0, count
+
+
+def section_decoders(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    n, runs = cfg["decoder_chunks"], cfg["decoder_runs"]
+    print(
+        f"\n== 4. decoders: in process, one {n:,}-chunk body per provider in coalesced "
+        f"64 KiB reads; CPU µs/chunk, median of {runs} ==",
+        flush=True,
+    )
+    bodies = _decoder_bodies(n)
+    samples: dict[str, list[float]] = {name: [] for name in bodies}
+    reads = {
+        name: [body[i : i + 65536] for i in range(0, len(body), 65536)]
+        for name, (_, body) in bodies.items()
+    }
+    for _ in range(runs + 1):  # the first round warms up and is dropped
+        for name, (make, _) in bodies.items():
+            cpu, count = _decode_once(make, reads[name])
+            if count != n:
+                raise RuntimeError(f"{name} decoder produced {count} text chunks, expected {n}")
+            samples[name].append(cpu / n * 1e6)
+    base = median(samples["openai"][1:])
+    results: dict[str, Any] = {}
+    rows = []
+    for name, (_, body) in bodies.items():
+        us = samples[name][1:]
+        med = median(us)
+        results[name] = {
+            "median_us_per_chunk": med,
+            "runs_us": us,
+            "bytes_per_chunk": len(body) / n,
+            "ratio_to_openai": med / base,
+        }
+        rows.append([name, med, f"{min(us):.2f}-{max(us):.2f}", len(body) / n, med / base])
+    print(table(["decoder", "CPU µs/chunk", "runs range", "bytes/chunk", "x openai"], rows))
+    targets = {
+        f"{name}_over_openai<={TARGET_DECODER_RATIO}": verdict(
+            results[name]["ratio_to_openai"] <= TARGET_DECODER_RATIO
+        )
+        for name in ("gemini", "responses")
+    }
+    print("  targets: " + ", ".join(f"{k} {v}" for k, v in targets.items()))
+    return {"chunks": n, "runs": runs, "results": results, "targets": targets}
+
+
 def versions() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dist in ("trio", "httpx", "httpcore", "h11", "msgspec", "openai", "httpx2", "litellm"):
@@ -868,6 +992,7 @@ RUNNERS = {
     "per-chunk": section_per_chunk,
     "concurrency": section_concurrency,
     "scaling": section_scaling,
+    "decoders": section_decoders,
     "abandon": section_abandon,
 }
 

@@ -23,7 +23,9 @@ from llmrt.actors import config as configuration
 from llmrt.actors.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.anthropic import AnthropicAdapter
+from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
+from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 from llmrt.adapters.scripted import Raise, ScriptedAdapter
 from llmrt.testing import ErrorScript, SSEScript, open_upstream, sse_data
 
@@ -74,6 +76,8 @@ def adapters(base_url: str) -> dict[str, llmrt.Adapter]:
     return {
         "openai": OpenAIChatAdapter(base_url=base_url, api_key_env="ECHO_KEY", environ=ENV),
         "anthropic": AnthropicAdapter(base_url=base_url, api_key_env="ECHO_KEY", environ=ENV),
+        "gemini": GeminiAdapter(base_url=base_url, api_key_env="ECHO_KEY", environ=ENV),
+        "responses": OpenAIResponsesAdapter(base_url=base_url, api_key_env="ECHO_KEY", environ=ENV),
     }
 
 

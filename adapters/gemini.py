@@ -1,0 +1,244 @@
+"""`GeminiAdapter`: the Google Gemini API (``streamGenerateContent?alt=sse``) over httpx.
+
+The key goes in the ``x-goog-api-key`` header (never in the URL, so it
+cannot end up in a log line that quotes the URL). Thought summaries come
+back as reasoning blocks; every ``thoughtSignature`` is replay state of its
+block and goes back to Gemini on later requests (the runtime passes replay
+state only to the adapter instance that made it). A reasoning effort sets
+the thinking budget (``none`` turns thinking off where the model allows it).
+One instance holds one ``httpx.AsyncClient``; `aclose` closes it.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import attrs
+import httpx
+import msgspec
+
+from llmrt import (
+    Adapter,
+    GenerateOptions,
+    LlmError,
+    ModelInfo,
+    ProviderInfo,
+    Redactor,
+    ResolvedModelInfo,
+    ResolvedRetryPolicy,
+    StreamChunk,
+)
+
+from ._gemini_wire import GeminiStreamDecoder, build_gemini_body
+from ._http import (
+    KeyRedaction,
+    SSEFeed,
+    make_client,
+    pool_counts,
+    read_api_key,
+    stream_events,
+)
+from ._models import ModelEntry, ModelSpec, fetch_models
+
+__all__ = ["GEMINI_MODELS", "THINKING_BUDGETS", "GeminiAdapter"]
+
+#: Thinking budgets (tokens) of the reasoning efforts; ``none`` turns thinking off.
+THINKING_BUDGETS: Mapping[str, int] = {"none": 0, "low": 1_024, "medium": 8_192, "high": 24_576}
+_ON = ("low", "medium", "high")
+_ANY = ("none", *_ON)
+
+# Limits from Google's model pages: 1,048,576 input tokens; 65,536 output
+# tokens for the 2.5 and 3 families (8,192 for 2.0 Flash). Pro models cannot
+# turn thinking off, so they have no ``none``.
+GEMINI_MODELS = (
+    ModelSpec(
+        id="gemini-2.5-pro",
+        name="Gemini 2.5 Pro",
+        context_window=1_048_576,
+        default_max_tokens=65_536,
+        image_input=True,
+        efforts=_ON,
+    ),
+    ModelSpec(
+        id="gemini-2.5-flash",
+        name="Gemini 2.5 Flash",
+        context_window=1_048_576,
+        default_max_tokens=65_536,
+        image_input=True,
+        efforts=_ANY,
+    ),
+    ModelSpec(
+        id="gemini-2.5-flash-lite",
+        name="Gemini 2.5 Flash-Lite",
+        context_window=1_048_576,
+        default_max_tokens=65_536,
+        image_input=True,
+        efforts=_ANY,
+    ),
+    ModelSpec(
+        id="gemini-2.0-flash",
+        name="Gemini 2.0 Flash",
+        context_window=1_048_576,
+        default_max_tokens=8_192,
+        image_input=True,
+    ),
+    ModelSpec(
+        id="gemini-3-pro-preview",
+        name="Gemini 3 Pro (preview)",
+        context_window=1_048_576,
+        default_max_tokens=65_536,
+        image_input=True,
+        efforts=_ON,
+    ),
+)
+
+
+class _GeminiEvents(SSEFeed):
+    """``data:`` payloads in, chunks out; the body's end ends the stream (no marker)."""
+
+    def __init__(self) -> None:
+        self._decoder = GeminiStreamDecoder()
+        super().__init__(self._decoder)
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        decoder = self._decoder
+        for payload in self._parser.feed_data(data):
+            out += decoder.push(payload)
+            if decoder.finished:
+                break
+        return out
+
+
+class _ModelList(msgspec.Struct):
+    class Entry(msgspec.Struct, rename="camel"):
+        name: str
+        display_name: str | None = None
+        supported_generation_methods: list[str] | None = None
+
+    models: list[Entry] = msgspec.field(default_factory=list)
+
+
+_model_list = msgspec.json.Decoder(_ModelList)
+
+
+def _decode_models(body: bytes) -> Sequence[ModelEntry]:
+    """Gemini's ``{"models": [{"name": "models/<id>", ...}]}``, generating models only."""
+    return [
+        ModelEntry(id=entry.name.removeprefix("models/"), display_name=entry.display_name)
+        for entry in _model_list.decode(body).models
+        if entry.supported_generation_methods is None
+        or "generateContent" in entry.supported_generation_methods
+    ]
+
+
+@attrs.define(eq=False)
+class GeminiAdapter(Adapter):
+    """Streams Gemini ``generateContent`` (see the module docstring).
+
+    ``models`` adds to (or overrides) the built-in table; ``api_key_env``
+    names the key variable (``GEMINI_API_KEY``; ``GOOGLE_API_KEY`` is the
+    other name Google's tools read). ``transport`` replaces httpx's (tests),
+    ``environ`` replaces ``os.environ`` for the key lookup.
+    """
+
+    base_url: str = "https://generativelanguage.googleapis.com"
+    api_key_env: str = "GEMINI_API_KEY"
+    api_version: str = "v1beta"
+    models: Sequence[ModelSpec] = ()
+    display_name: str = "Google Gemini"
+    retry_policy: ResolvedRetryPolicy | None = None
+    http2: bool | None = None
+    timeout: httpx.Timeout | None = None
+    limits: httpx.Limits | None = None
+    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
+    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
+    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        self._table = {spec.id: spec for spec in (*GEMINI_MODELS, *self.models)}
+        self._client = make_client(
+            self.base_url,
+            timeout=self.timeout,
+            limits=self.limits,
+            http2=self.http2,
+            transport=self.transport,
+            ssl_context=self.ssl_context,
+        )
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        return {
+            "x-goog-api-key": read_api_key(self.api_key_env, self.environ),
+            "content-type": "application/json",
+            "accept": accept,
+        }
+
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        headers = self._headers("text/event-stream")  # credentials before any I/O
+        model = options.model.removeprefix("models/")
+        spec = self._table.get(model) or ModelSpec(id=model)
+        effort = options.reasoning_effort
+        body = build_gemini_body(
+            options,
+            image_input=spec.image_input,
+            thinking=bool(spec.efforts),
+            thinking_budget=THINKING_BUDGETS.get(effort) if effort is not None else None,
+            skip_signature=model.startswith("gemini-3"),
+        )
+        quoted = urllib.parse.quote(model, safe="-._~")
+        return stream_events(
+            self._client,
+            f"/{self.api_version}/models/{quoted}:streamGenerateContent?alt=sse",
+            body=msgspec.json.encode(body),
+            headers=headers,
+            provider_kind="gemini",
+            events=_GeminiEvents(),
+            redactor=self.redactor(),
+        )
+
+    def redactor(self) -> Redactor:
+        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
+        return self._redaction.of(self.api_key_env, self.environ)
+
+    def provider_info(self, provider: str) -> ProviderInfo:
+        return ProviderInfo(id=provider, name=self.display_name)
+
+    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
+        return self.retry_policy
+
+    async def list_models(self, provider: str) -> Sequence[ModelInfo]:
+        """Gemini's ``GET /v1beta/models`` (one page of up to 1,000), else the built-in table."""
+        try:
+            return await fetch_models(
+                self._client,
+                f"/{self.api_version}/models",
+                provider=provider,
+                provider_kind="gemini",
+                headers=self._headers("application/json"),
+                table=self._table,
+                decode=_decode_models,
+                params={"pageSize": "1000"},
+                default_modalities=("text", "image"),
+            )
+        except LlmError as exc:
+            raise self.redactor().error(exc) from None
+
+    async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
+        model = model.removeprefix("models/")
+        spec = self._table.get(model) or ModelSpec(id=model)
+        return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

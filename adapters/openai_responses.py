@@ -1,0 +1,205 @@
+"""`OpenAIResponsesAdapter`: OpenAI's Responses API (``POST /v1/responses``, SSE) over httpx.
+
+Reasoning summaries come back as reasoning blocks. Requests go with
+``store: false`` and ask for ``reasoning.encrypted_content``: the provider
+keeps no conversation state, and each reasoning item's encrypted content is
+replay state that goes back on the next turn (the runtime passes replay
+state only to the adapter instance that made it), so a reasoning model keeps
+its reasoning across tool calls. One instance holds one
+``httpx.AsyncClient``; `aclose` closes it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import attrs
+import httpx
+import msgspec
+
+from llmrt import (
+    Adapter,
+    GenerateOptions,
+    LlmError,
+    ModelInfo,
+    ProviderInfo,
+    Redactor,
+    ResolvedModelInfo,
+    ResolvedRetryPolicy,
+    StreamChunk,
+)
+
+from ._http import (
+    KeyRedaction,
+    SSEFeed,
+    make_client,
+    pool_counts,
+    read_api_key,
+    stream_events,
+)
+from ._models import ModelSpec, fetch_models
+from ._responses_wire import ResponsesStreamDecoder, build_responses_body
+
+__all__ = ["RESPONSES_MODELS", "OpenAIResponsesAdapter"]
+
+_O_EFFORTS = ("low", "medium", "high")
+_GPT5_EFFORTS = ("minimal", "low", "medium", "high")
+
+# Limits from OpenAI's model pages. Reasoning models (a non-empty effort list)
+# get summaries and encrypted reasoning.
+RESPONSES_MODELS = (
+    ModelSpec(
+        id="gpt-5",
+        name="GPT-5",
+        context_window=400_000,
+        default_max_tokens=32_768,
+        image_input=True,
+        efforts=_GPT5_EFFORTS,
+        default_effort="medium",
+    ),
+    ModelSpec(
+        id="gpt-5-mini",
+        name="GPT-5 mini",
+        context_window=400_000,
+        default_max_tokens=32_768,
+        image_input=True,
+        efforts=_GPT5_EFFORTS,
+        default_effort="medium",
+    ),
+    ModelSpec(
+        id="o3",
+        context_window=200_000,
+        default_max_tokens=32_768,
+        image_input=True,
+        efforts=_O_EFFORTS,
+        default_effort="medium",
+    ),
+    ModelSpec(
+        id="o4-mini",
+        context_window=200_000,
+        default_max_tokens=16_384,
+        image_input=True,
+        efforts=_O_EFFORTS,
+        default_effort="medium",
+    ),
+    ModelSpec(id="gpt-4.1", context_window=1_047_576, default_max_tokens=8_192, image_input=True),
+    ModelSpec(
+        id="gpt-4.1-mini", context_window=1_047_576, default_max_tokens=8_192, image_input=True
+    ),
+)
+
+
+class _ResponsesEvents(SSEFeed):
+    """``data:`` payloads in, chunks out; a terminal event ends the stream."""
+
+    def __init__(self) -> None:
+        self._decoder = ResponsesStreamDecoder()
+        super().__init__(self._decoder)
+
+    def feed(self, data: bytes) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        decoder = self._decoder
+        for payload in self._parser.feed_data(data):
+            out += decoder.push(payload)
+            if decoder.finished:
+                break
+        return out
+
+
+@attrs.define(eq=False)
+class OpenAIResponsesAdapter(Adapter):
+    """Streams OpenAI Responses (see the module docstring).
+
+    ``base_url`` ends in ``/v1`` (the adapter posts to ``{base_url}/responses``
+    and lists ``{base_url}/models``); ``models`` adds to (or overrides) the
+    built-in table.
+    """
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    models: Sequence[ModelSpec] = ()
+    display_name: str = "OpenAI (Responses API)"
+    retry_policy: ResolvedRetryPolicy | None = None
+    http2: bool | None = None
+    timeout: httpx.Timeout | None = None
+    limits: httpx.Limits | None = None
+    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
+    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
+    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        self._table = {spec.id: spec for spec in (*RESPONSES_MODELS, *self.models)}
+        self._client = make_client(
+            self.base_url,
+            timeout=self.timeout,
+            limits=self.limits,
+            http2=self.http2,
+            transport=self.transport,
+            ssl_context=self.ssl_context,
+        )
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        key = read_api_key(self.api_key_env, self.environ)
+        return {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": accept,
+        }
+
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        headers = self._headers("text/event-stream")  # credentials before any I/O
+        spec = self._table.get(options.model) or ModelSpec(id=options.model)
+        body = build_responses_body(
+            options, image_input=spec.image_input, reasoning=bool(spec.efforts)
+        )
+        return stream_events(
+            self._client,
+            "/responses",
+            body=msgspec.json.encode(body),
+            headers=headers,
+            provider_kind="openai",
+            events=_ResponsesEvents(),
+            redactor=self.redactor(),
+        )
+
+    def redactor(self) -> Redactor:
+        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
+        return self._redaction.of(self.api_key_env, self.environ)
+
+    def provider_info(self, provider: str) -> ProviderInfo:
+        return ProviderInfo(id=provider, name=self.display_name)
+
+    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
+        return self.retry_policy
+
+    async def list_models(self, provider: str) -> Sequence[ModelInfo]:
+        """The endpoint's ``GET /models``; the built-in table where it has none."""
+        try:
+            return await fetch_models(
+                self._client,
+                "/models",
+                provider=provider,
+                provider_kind="openai",
+                headers=self._headers("application/json"),
+                table=self._table,
+            )
+        except LlmError as exc:
+            raise self.redactor().error(exc) from None
+
+    async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
+        spec = self._table.get(model) or ModelSpec(id=model)
+        return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
