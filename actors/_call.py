@@ -64,6 +64,7 @@ from ._topology import Route
 
 if TYPE_CHECKING:
     from ._runtime import RuntimeCore
+    from ._stats import CallSeries
 
 __all__ = ["Call", "Next", "Middleware", "PreparedTarget"]
 
@@ -167,6 +168,10 @@ class Call:
     watch_done: bool = attrs.field(default=False, init=False)
     watch_entry: list[Any] | None = attrs.field(default=None, init=False)
     _entered: bool = attrs.field(default=False, init=False)
+    #: The statistics series this call counts into (set when it starts).
+    _series: CallSeries | None = attrs.field(default=None, init=False)
+    #: trio time of the abort that stopped this call (0.0: none).
+    _aborted_at: float = attrs.field(default=0.0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
@@ -189,7 +194,7 @@ class Call:
                 self.abort(signal.reason)
             else:
                 self._signal_key = signal._subscribe(self.abort)
-        self._core.start_call(self)
+        self._series = self._core.start_call(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -263,24 +268,30 @@ class Call:
 
         Synchronous, idempotent, and a no-op once the call has ended or timed out.
         """
-        self._stop(_aborted(None if reason is None else str(reason)))  # hashable for the cache
+        if self._stop(_aborted(None if reason is None else str(reason))):  # hashable for the cache
+            self._aborted_at = trio.current_time()
 
     def abort_with(self, code: str, message: str) -> None:
         """Abort with a given code and message (used by the runtime and registrations)."""
-        self._stop(Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code))))
+        if self._stop(Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code)))):
+            self._aborted_at = trio.current_time()
 
     def watch_expired(self) -> None:
-        self._stop(
+        if self._stop(
             _error(
                 ErrorCode.TIMEOUT,
                 f"no chunk from the adapter for {self.idle_timeout:g} s (stream idle timeout)",
             )
-        )
+        ):
+            self._core.stats.watchdog_firings += 1
 
-    def _stop(self, cause: Finish) -> None:
+    def _stop(self, cause: Finish) -> bool:
+        """Make ``cause`` the call's terminal item, unless one was chosen; True if it was."""
         if self._cause is None and not self.watch_done:
             self._cause = cause
             self._scope.cancel()
+            return True
+        return False
 
     # ---- the call task -------------------------------------------------------------------
 
@@ -291,6 +302,8 @@ class Call:
         """
         core = self._core
         box = self._box
+        series = self._series
+        assert series is not None  # set by __aenter__ before the task starts
         delivered: Finish | None = None
         try:
             if self._cause is not None:  # aborted before it started: no lookup, no I/O
@@ -307,7 +320,7 @@ class Call:
                 forwarded = 0
                 dropped = 0
                 saw_block = False
-                self.watch_last = clock.current_time()
+                started = first = self.watch_last = clock.current_time()
                 core.watchdog.watch(self)
                 with self._scope:
                     try:
@@ -334,6 +347,8 @@ class Call:
                                 elif cls is not UsageChunk:
                                     finish = _not_a_chunk(cls)
                                     break
+                                if not forwarded:
+                                    first = self.watch_last
                                 forwarded += 1
                                 if not box.put_nowait(chunk):
                                     self.watch_paused = True
@@ -356,18 +371,20 @@ class Call:
                             # A middleware that stopped iterating ``next`` without closing it.
                             await _aclose(self._inner)
                         self._release()
-                core.count_chunks(forwarded, dropped)
+                core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
                 item = self._outcome(finish, failure, raised, saw_block)
             if not box.put_nowait(item):
                 await box.put(item)
             if type(item) is Finish:
                 delivered = item
+                if item is self._cause and self._aborted_at:
+                    core.stats.abort_to_finish.observe(trio.current_time() - self._aborted_at)
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell
         finally:
             box.close()
             self.watch_done = True
-            core.call_ended(self, delivered)
+            core.call_ended(self, series, delivered)
             if self._done is not None:
                 self._done.set()
 

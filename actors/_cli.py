@@ -1,4 +1,4 @@
-"""The ``llmrt`` command line: ``serve``, ``call``, ``providers``, ``models``.
+"""The ``llmrt`` command line: ``serve``, ``call``, ``providers``, ``models``, ``stats``.
 
 Providers come from ``llmrt.toml`` (or ``--config``) and from the usual
 API-key environment variables, always plus the embedded ``demo`` provider
@@ -16,8 +16,9 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+import msgspec
 import trio
 
 import llmrt
@@ -39,6 +40,9 @@ from llmrt import (
 )
 
 from . import config as configuration
+
+if TYPE_CHECKING:
+    from .gateway._snapshot import HistogramValue, StatisticsValue
 
 __all__ = ["main"]
 
@@ -102,12 +106,26 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
     call.add_argument("--no-color", action="store_true", help="plain output")
 
-    add("providers", "List the configured provider routes.")
+    providers = add("providers", "List the configured provider routes.")
+    providers.add_argument("--via", metavar="URL", default=None, help="ask a gateway instead")
+    providers.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
 
     models = add("models", "List a provider's models.")
     models.add_argument("provider", help="provider route")
     models.add_argument("--via", metavar="URL", default=None, help="ask a gateway instead")
     models.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
+
+    stats = add(
+        "stats",
+        "Print a statistics snapshot: a gateway's (--via), or an in-process runtime's "
+        "after a few demo calls.",
+    )
+    stats.add_argument("--via", metavar="URL", default=None, help="ask a gateway (ws://host:port/)")
+    stats.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
+    stats.add_argument(
+        "--calls", type=int, default=1, help="demo calls to run first (in-process only; default 1)"
+    )
+    stats.add_argument("--json", action="store_true", help="the raw snapshot as JSON")
     return parser
 
 
@@ -334,7 +352,18 @@ async def _serve(
 # ---- providers / models ------------------------------------------------------------------
 
 
-async def _providers(config: configuration.Config, out: TextIO) -> int:
+async def _providers(
+    args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
+) -> int:
+    if args.via:
+        from .client import open_gateway_client
+
+        token = environ.get(args.token_env) or None
+        async with open_gateway_client(args.via, token=token) as client:
+            providers = await client.list_providers()
+        for provider in providers:
+            out.write(f"{provider.id}\t{provider.name}\n")
+        return 0
     for line in configuration.describe(config):
         out.write(line + "\n")
     return 0
@@ -354,6 +383,95 @@ async def _models(
             models = await rt.list_models(args.provider)
     for model in models:
         out.write(f"{model.id}\t{model.name}\n")
+    return 0
+
+
+# ---- stats -------------------------------------------------------------------------------
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name or '-'} {n}" for name, n in sorted(counts.items())) or "none"
+
+
+def _mean_ms(histogram: HistogramValue) -> str:
+    count = histogram.count
+    mean = f"mean {1000 * histogram.sum / count:.1f} ms" if count else "no data"
+    return f"n={count} {mean}"
+
+
+def format_stats(value: StatisticsValue) -> list[str]:
+    """A statistics snapshot as lines of text (``llmrt stats``)."""
+    lines = [
+        f"calls: started {value.calls_started}, in flight {value.calls_in_flight}, "
+        f"chunks forwarded {value.chunks_forwarded} (dropped {value.chunks_dropped})",
+        f"finished: {_counts(value.calls_finished)}",
+        f"failures: {_counts(value.failures_by_code)}",
+        f"retries: {_counts(value.retries_by_code)}; idle timeouts {value.watchdog_firings}; "
+        f"middleware errors {value.middleware_errors}; registrations {value.registrations}",
+    ]
+    for p in value.providers:
+        finished = ", ".join(
+            f"{f.reason}{'/' + f.code if f.code else ''} {f.count}" for f in p.calls_finished
+        )
+        lines.append(
+            f"provider {p.provider}: started {p.calls_started}, in flight {p.calls_in_flight}, "
+            f"chunks {p.chunks_forwarded}; {finished or 'none finished'}"
+        )
+    for first, whole in zip(value.time_to_first_chunk, value.call_duration, strict=True):
+        lines.append(
+            f"  {first.provider}/{first.model}: first chunk {_mean_ms(first.histogram)}; "
+            f"duration {_mean_ms(whole.histogram)}"
+        )
+    if value.abort_to_finish is not None and value.abort_to_finish.count:
+        abort = value.abort_to_finish
+        lines.append(
+            f"abort -> finish: n={abort.count} mean {1e6 * abort.sum / abort.count:.0f} us"
+        )
+    for pool in value.connection_pools:
+        lines.append(f"upstream {pool.provider}: connections open {pool.open}, idle {pool.idle}")
+    gw = value.gateway
+    if gw is not None:
+        lines.append(
+            f"gateway: {'ready' if gw.ready else 'not ready'}, connections {gw.connections} "
+            f"(accepted {gw.accepted}), live requests {gw.live_requests}, "
+            f"refused: {_counts(gw.refused)}"
+        )
+        lines.append(
+            f"  frames in {gw.frames_received} out {gw.frames_sent}; "
+            f"bytes in {gw.bytes_received} out {gw.bytes_sent}; "
+            f"http: {_counts(gw.http_requests)}"
+        )
+    return lines
+
+
+async def _stats(
+    args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
+) -> int:
+    if args.via:
+        from .client import open_gateway_client
+
+        token = environ.get(args.token_env) or None
+        async with open_gateway_client(args.via, token=token) as client:
+            value = await client.stats()
+    else:
+        from .gateway._snapshot import statistics_value
+
+        if args.calls < 0:
+            raise ValueError("--calls must be >= 0")
+        async with _configured_runtime(config) as rt:
+            options = GenerateOptions(
+                provider="demo", model="demo-1", messages=(llmrt.user_message("hello"),)
+            )
+            for _ in range(args.calls):
+                async with rt.stream(options) as call:
+                    async for _chunk in call:
+                        pass
+            value = statistics_value(rt.statistics())
+    if args.json:
+        out.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
+    else:
+        for line in format_stats(value):
+            out.write(line + "\n")
     return 0
 
 
@@ -382,7 +500,9 @@ def main(
             if args.command == "serve":
                 return trio.run(_serve, args, config, out, env)
             if args.command == "providers":
-                return trio.run(_providers, config, out)
+                return trio.run(_providers, args, config, out, env)
+            if args.command == "stats":
+                return trio.run(_stats, args, config, out, env)
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
             # Nurseries wrap what went wrong; report the one cause plainly.

@@ -36,6 +36,7 @@ from llmrt import (
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
 from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
+from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
     DEFAULT_MAX_RETRY_AFTER_MS,
@@ -43,8 +44,8 @@ from ._retry import (
     RetryCallContext,
     check_retry_after_cap,
 )
-from ._stats import RuntimeStatistics, StatsCounters
-from ._topology import Discover, Route
+from ._stats import CallSeries, ConnectionPool, RuntimeStatistics, StatsCounters
+from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
 
 __all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
@@ -60,6 +61,26 @@ def _check_timeout(name: str, value: float) -> float:
     if not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
+
+
+def _connection_pools(topology: Topology) -> dict[str, ConnectionPool]:
+    """Each registration's upstream pool, under its first provider route, if its adapter tells."""
+    pools: dict[str, ConnectionPool] = {}
+    seen: set[Registration] = set()
+    for name, route in topology.routes.items():
+        registration = route.registration
+        if registration in seen:
+            continue
+        seen.add(registration)
+        # getattr: an adapter need not subclass Adapter to be registered.
+        read = getattr(registration.adapter, "connection_counts", None)
+        try:
+            counts = read() if read is not None else None
+        except Exception:
+            counts = None  # reading a figure never fails the statistics
+        if counts is not None:
+            pools[name] = ConnectionPool(open=counts[0], idle=counts[1])
+    return pools
 
 
 @attrs.define(eq=False)
@@ -79,9 +100,15 @@ class RuntimeCore:
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
     _all_ended: trio.Event = attrs.field(factory=trio.Event)
 
-    def start_call(self, call: Call) -> None:
-        self.stats.calls_started += 1
-        self.stats.calls_in_flight += 1
+    def start_call(self, call: Call) -> CallSeries:
+        """Count ``call`` in and start its task; returns the series it counts into."""
+        stats = self.stats
+        stats.calls_started += 1
+        stats.calls_in_flight += 1
+        options = call.options
+        provider = options.provider
+        series = stats.series(provider, options.model, provider in self.registry.topology.routes)
+        series.counters.started += 1
         self.calls.add(call)
         if self.closing:
             call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
@@ -90,27 +117,52 @@ class RuntimeCore:
         except RuntimeError:  # the runtime's nursery is closed: finish without a task
             call._box.put_nowait(call._lost())
             call._box.close()
-            self.call_ended(call, None)
+            self.call_ended(call, series, None)
             call.watch_done = True
+        return series
 
-    def call_ended(self, call: Call, delivered: Finish | None) -> None:
+    def call_ended(self, call: Call, series: CallSeries, delivered: Finish | None) -> None:
         self.calls.discard(call)
         self.watchdog.forget(call)
         stats = self.stats
         stats.calls_in_flight -= 1
         if delivered is None:
             stats.finished["consumer-left"] += 1
+            series.counters.finished["consumer-left", ""] += 1
         else:
             reason = delivered.reason
-            stats.finished[reason.__struct_config__.tag] += 1  # type: ignore[index]
+            kind: str = reason.__struct_config__.tag  # type: ignore[assignment]
+            stats.finished[kind] += 1
             if type(reason) is FinishError or type(reason) is FinishAborted:
-                stats.failures[str(reason.failure.code)] += 1
+                code = str(reason.failure.code)
+                stats.failures[code] += 1
+                series.counters.finished[kind, code] += 1
+            else:
+                series.counters.finished[kind, ""] += 1
         if self.closing and not self.calls:
             self._all_ended.set()
 
-    def count_chunks(self, forwarded: int, dropped: int) -> None:
-        self.stats.chunks_forwarded += forwarded
-        self.stats.chunks_dropped += dropped
+    def call_worked(
+        self,
+        series: CallSeries,
+        forwarded: int,
+        dropped: int,
+        started: float,
+        first: float,
+        ended: float,
+    ) -> None:
+        """Count a call's adapter work: chunks, time to the first one, and duration.
+
+        Times are trio clock readings; ``first`` means nothing when nothing
+        was ``forwarded``.
+        """
+        stats = self.stats
+        stats.chunks_forwarded += forwarded
+        stats.chunks_dropped += dropped
+        series.counters.chunks += forwarded
+        if forwarded:
+            series.first_chunk.observe(first - started)
+        series.duration.observe(ended - started)
 
     async def shutdown(self, grace: float) -> None:
         """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
@@ -232,8 +284,10 @@ class LlmRuntime:
         self._core.middlewares = (*self._core.middlewares, middleware)
 
     def statistics(self) -> RuntimeStatistics:
-        """An immutable snapshot of the runtime's counters."""
-        return self._core.stats.snapshot(self._core.registry.registration_count)
+        """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
+        registry = self._core.registry
+        pools = _connection_pools(registry.topology)
+        return self._core.stats.snapshot(registry.registration_count, pools)
 
     # ---- registry ------------------------------------------------------------------------
 

@@ -70,8 +70,10 @@ from .gateway._protocol import (
     ResolveModelFrame,
     ResultFrame,
     RetryFrame,
+    StatsFrame,
     ends_request,
 )
+from .gateway._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
@@ -280,6 +282,17 @@ class GatewayClient:
         raw = await self._request(rid, ResolveModelFrame(id=rid, provider=provider, model=model))
         info: ResolvedModelInfo = self._decode(raw, ResolvedModelInfo)
         return info
+
+    async def stats(self) -> StatisticsValue:
+        """The gateway's statistics snapshot (its runtime's and its own figures).
+
+        Raises `LlmError` (``NETWORK``; ``BAD_FRAME`` from a gateway that
+        predates the ``stats`` frame).
+        """
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, StatsFrame(id=rid))
+        value: StatisticsValue = self._decode(raw, StatisticsValue)
+        return value
 
     # ---- internals ---------------------------------------------------------------------------
 

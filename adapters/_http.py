@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_LIMITS",
     "make_client",
+    "pool_counts",
     "read_api_key",
     "translate_http_error",
     "open_event_stream",
@@ -87,6 +88,18 @@ def make_client(
         headers=attribution_headers(),
         follow_redirects=False,
     )
+
+
+def pool_counts(client: httpx.AsyncClient) -> tuple[int, int] | None:
+    """(open, of which idle) connections of a `make_client` client's pool; None when unknown.
+
+    Known for `TrioTransport` (the HTTP/1.1 default); httpx's own transport
+    (HTTP/2, proxies) and test transports report None.
+    """
+    transport = client._transport  # httpx keeps the transport it was given here
+    if isinstance(transport, TrioTransport):
+        return transport.connection_counts()
+    return None
 
 
 def _proxied(base_url: str) -> bool:

@@ -193,6 +193,10 @@ class TrioTransport(httpx.AsyncBaseTransport):
 
     # ---- the pool ---------------------------------------------------------------------------
 
+    def connection_counts(self) -> tuple[int, int]:
+        """(open, of which idle) connections of the pool now. No I/O."""
+        return len(self._active) + self._idle_count, self._idle_count
+
     def _take_idle(self, origin: Origin) -> _Connection | None:
         stack = self._idle.get(origin)
         if not stack:

@@ -34,6 +34,7 @@ from ._classify import classify_http_error
 from ._http import (
     SSEFeed,
     make_client,
+    pool_counts,
     read_api_key,
     stream_events,
     translate_http_error,
@@ -207,6 +208,9 @@ class AnthropicAdapter(Adapter):
             id=model, default_max_tokens=self.default_max_tokens
         )
         return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
 
     async def aclose(self) -> None:
         await self._client.aclose()

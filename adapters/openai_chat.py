@@ -41,6 +41,7 @@ from ._classify import classify_http_error
 from ._http import (
     SSEFeed,
     make_client,
+    pool_counts,
     read_api_key,
     stream_events,
     translate_http_error,
@@ -302,6 +303,9 @@ class OpenAIChatAdapter(Adapter):
         if spec is None:
             return ResolvedModelInfo(provider=provider, id=model, name=model)
         return spec.resolved(provider)
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        return pool_counts(self._client)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -52,5 +52,13 @@ class Adapter(abc.ABC):
         """Everything known about one exact model. Default: identity only (nothing known)."""
         return ResolvedModelInfo(provider=provider, id=model, name=model)
 
+    def connection_counts(self) -> tuple[int, int] | None:
+        """Upstream connections this adapter holds now: (open, of which idle in its pool).
+
+        None (the default) when it keeps none or cannot tell. Metrics read it
+        at scrape time: it must be cheap and do no I/O.
+        """
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release the adapter's resources (HTTP clients, ...). Default: nothing to release."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pathlib
 import signal
@@ -28,7 +29,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert llmrt.__version__ in capsys.readouterr().out
-    for command in ("serve", "call", "providers", "models"):
+    for command in ("serve", "call", "providers", "models", "stats"):
         with pytest.raises(SystemExit) as info:
             main([command, "--help"])
         assert info.value.code == 0
@@ -70,6 +71,20 @@ def test_providers_and_models() -> None:
     code, text = run("models", "demo")
     assert code == 0
     assert text.splitlines()[0].startswith("demo-1")
+
+
+def test_stats_in_process_after_demo_calls() -> None:
+    code, text = run("stats", "--calls", "2")
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0].startswith("calls: started 2, in flight 0, chunks forwarded ")
+    assert "finished: stop 2" in lines
+    assert any(line.startswith("  demo/demo-1: first chunk n=2 mean ") for line in lines)
+    assert "gateway:" not in text
+    code, text = run("stats", "--calls", "0", "--json")
+    value = json.loads(text)
+    assert value["callsStarted"] == 0 and value["registrations"] == 1
+    assert value["abortToFinish"]["counts"] == [0] * (len(value["abortToFinish"]["bounds"]) + 1)
 
 
 def test_bad_config_names_file_and_line(
@@ -116,6 +131,13 @@ def test_serve_then_call_via_the_gateway_then_shut_down() -> None:
         assert 'You said: "through the wire"' in text
         code, text = run("models", "demo", "--via", url)
         assert code == 0 and "demo-1" in text
+        code, text = run("providers", "--via", url)
+        assert code == 0 and text.startswith("demo\t")
+        code, text = run("stats", "--via", url)
+        assert code == 0
+        assert "calls: started 1, in flight 0" in text
+        assert "provider demo: started 1" in text and "stop 1" in text
+        assert "gateway: ready, connections 1 (accepted 4)" in text
         server.send_signal(signal.SIGINT)
         out, _ = server.communicate(timeout=30)
         assert server.returncode == 0

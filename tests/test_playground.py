@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -110,6 +111,13 @@ class Gateway:
     @property
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=WAIT) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
 
 
 @contextlib.contextmanager
@@ -283,23 +291,17 @@ def page(driver: WebDriver) -> Iterator[Page]:
 
 def in_flight(gateway: Gateway) -> float:
     """The gateway's own count of calls in flight, from its metrics."""
-    with urllib.request.urlopen(gateway.http_url + "metrics", timeout=WAIT) as response:
-        text = response.read().decode()
-    match = re.search(r"^llmrt_calls_in_flight(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE)
-    assert match, text
-    return float(match.group(1))
-
-
-_TEMP: list[Any] = []
+    status, _, body = gateway.get("metrics")
+    assert status == 200
+    text = body.decode()
+    values = re.findall(r"^llmrt_calls_in_flight(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE)
+    assert values, text
+    return sum(float(v) for v in values)
 
 
 def page_url(gateway: Gateway) -> str:
-    """TEMPORARY until the front door lands."""
-    if not _TEMP:
-        cm = static_server()
-        _TEMP.append(cm.__enter__())
-        _TEMP.append(cm)
-    return f"{_TEMP[0]}index.html?gateway={gateway.ws_url}"
+    """The playground as the gateway serves it: on its own port, at ``/``."""
+    return gateway.http_url
 
 
 # ---- scenarios -------------------------------------------------------------------------------
@@ -494,3 +496,16 @@ def test_a_foreign_origin_cannot_connect(gateway: Gateway, page: Page) -> None:
     # The same page, served by the gateway itself, connects.
     page.open(page_url(gateway))
     page.wait_open()
+
+
+def test_the_page_is_one_small_offline_file(gateway: Gateway) -> None:
+    status, headers, body = gateway.get("")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert body == (PAGE_DIR / "index.html").read_bytes()
+    assert len(body) < 40 * 1024
+    # Nothing is fetched from another host: no absolute URL, and the gateway's
+    # policy (default-src 'none', same origin only) would block one anyway.
+    assert re.search(rb"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", body) is None
+    assert b"default-src 'none'" in headers["Content-Security-Policy"].encode()
+    # No inline event handler attributes (the policy would not run them).
+    assert re.search(rb"\son[a-z]+\s*=", body) is None

@@ -47,6 +47,7 @@ from llmrt import (
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
+from ._counters import GatewayCounters, payload_bytes
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
@@ -67,8 +68,10 @@ from ._protocol import (
     ResultFrame,
     RetryFrame,
     ServerFrame,
+    StatsFrame,
     TokenBucket,
 )
+from ._snapshot import GatewayValue, statistics_value
 
 __all__ = ["GatewayState", "Connection", "PENDING_CHUNKS"]
 
@@ -96,11 +99,39 @@ class GatewayState:
     admitted: int = 0
     live: int = 0
     grace: float = 0.0
+    #: Set by `GatewayServer.drain`: ``/readyz`` answers 503 (see `ready`).
+    draining: bool = False
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
+    counters: GatewayCounters = attrs.field(factory=GatewayCounters)
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
+
+    @property
+    def ready(self) -> bool:
+        """Whether the gateway accepts calls: not draining and not shutting down.
+
+        The one readiness decision (``GET /readyz``); a load balancer stops
+        sending new clients once it turns false.
+        """
+        return not self.draining and not self.stopping.is_set()
+
+    def statistics(self) -> GatewayValue:
+        """The gateway's own figures, for the ``stats`` frame."""
+        counters = self.counters
+        return GatewayValue(
+            ready=self.ready,
+            connections=len(self.connections),
+            accepted=counters.accepted,
+            live_requests=self.live,
+            refused=dict(counters.refusals),
+            frames_received=counters.frames_received,
+            frames_sent=counters.frames_sent,
+            bytes_received=counters.bytes_received,
+            bytes_sent=counters.bytes_sent,
+            http_requests=dict(counters.http_requests),
+        )
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -231,11 +262,17 @@ class Connection:
     # ---- reader ------------------------------------------------------------------------------
 
     async def _reader(self) -> None:
+        counters = self.state.counters
         while True:
             try:
                 data = await self.ws.get_message()
             except ConnectionClosed:
                 return
+            # Inline, not a method call: this runs per frame (see bench_scaleout).
+            counters.frames_received += 1
+            counters.bytes_received += (
+                len(data) if type(data) is bytes or data.isascii() else payload_bytes(data)
+            )
             await self._dispatch(data)
 
     async def _reply(self, frame: ServerFrame) -> None:
@@ -282,6 +319,10 @@ class Connection:
                     self._spawn(self._run_metadata, request, frame)
             case PingFrame():
                 await self._reply(PongFrame(id=frame.id))
+            case StatsFrame():
+                state = self.state
+                value = statistics_value(state.runtime.statistics(), state.statistics())
+                await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(value)))
             case _:
                 assert_never(frame)
 
@@ -430,19 +471,31 @@ class Connection:
         recv = self._recv
         ws = self.ws
         encode = self.codec.encode
+        counters = self.state.counters
         try:
             while True:
                 item = await recv.receive()
                 if isinstance(item, _Request):
                     for frame in _frames(item, item.take()):
-                        await ws.send_message(encode(frame))
+                        data = encode(frame)
+                        await ws.send_message(data)
+                        # Inline, not a method call: this runs per frame (see bench_scaleout).
+                        counters.frames_sent += 1
+                        counters.bytes_sent += (
+                            len(data)
+                            if type(data) is bytes or data.isascii()
+                            else payload_bytes(data)
+                        )
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code
                     with trio.move_on_after(self.state.limits.close_timeout):
                         await ws.aclose(item.code, item.reason)
                     return
                 else:
-                    await ws.send_message(encode(item))
+                    data = encode(item)
+                    await ws.send_message(data)
+                    counters.frames_sent += 1
+                    counters.bytes_sent += payload_bytes(data)
         except ConnectionClosed:
             pass
         finally:

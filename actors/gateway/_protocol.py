@@ -35,6 +35,7 @@ __all__ = [
     "ListModelsFrame",
     "ResolveModelFrame",
     "PingFrame",
+    "StatsFrame",
     "ClientFrame",
     "HelloFrame",
     "ChunkFrame",
@@ -210,8 +211,20 @@ class PingFrame(_Frame, frozen=True, tag="ping"):
     id: _Id | None = None
 
 
+class StatsFrame(_Frame, frozen=True, tag="stats"):
+    """Ask for the statistics snapshot (answered by a ``result``: a ``StatisticsValue``)."""
+
+    id: _Id
+
+
 ClientFrame = (
-    CallFrame | AbortFrame | ListProvidersFrame | ListModelsFrame | ResolveModelFrame | PingFrame
+    CallFrame
+    | AbortFrame
+    | ListProvidersFrame
+    | ListModelsFrame
+    | ResolveModelFrame
+    | PingFrame
+    | StatsFrame
 )
 _CLIENT_TAGS = frozenset(cls.__struct_config__.tag for cls in ClientFrame.__args__)
 

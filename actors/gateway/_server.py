@@ -1,12 +1,18 @@
-"""`serve_gateway`: the websocket gateway's listener, handshake checks and shutdown.
+"""`serve_gateway`: the gateway's listener, handshake checks, readiness and shutdown.
 
 Task tree::
 
-    serve_gateway ─ nursery ─┬─ listener: trio-websocket's serve_websocket, stopped first
+    serve_gateway ─ nursery ─┬─ listener: trio.serve_listeners on the TCP listeners, stopped first
                              └─ connections: a shielded nursery that outlives the listener,
                                 │            so that shutdown can give calls a grace period
-                                └─ one handler per websocket: handshake checks, then a
-                                   `Connection` actor
+                                └─ one task per TCP connection: the front door (`_front`)
+                                   answers plain HTTP requests (``/healthz``, ``/readyz``,
+                                   ``/metrics``, ``/``) or hands a websocket upgrade to
+                                   trio-websocket; then handshake checks and a `Connection`
+
+Readiness: `GatewayServer.drain` turns ``/readyz`` to 503 while everything
+else keeps serving, so a load balancer stops sending new clients before the
+process stops; `GatewayState.ready` is the one place that decides it.
 
 Shutdown (cancelling `serve_gateway`, or `GatewayServer.aclose`) stops the
 listener, lets in-flight calls run for the grace period, aborts the rest
@@ -19,30 +25,36 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Sequence
 from functools import partial
+from importlib import resources
 
 import attrs
 import trio
 from trio_websocket import (
     ConnectionClosed,
-    Endpoint,
+    WebSocketConnection,
     WebSocketRequest,
-    WebSocketServer,
-    serve_websocket,
+    wrap_server_stream,
 )
 
 import llmrt
 
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
+from ._counters import RefusalCause
+from ._front import FrontDoor, ReplayStream, serve_stream
+from ._metrics import GatewayMetrics
 from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
 
-__all__ = ["serve_gateway", "GatewayServer"]
+__all__ = ["serve_gateway", "GatewayServer", "PLAYGROUND"]
 
 log = logging.getLogger("llmrt.gateway")
 
 #: Slack on top of grace + close_timeout before the shutdown cancels what is left.
 _SHUTDOWN_SLACK = 1.0
+#: The playground page served at ``GET /``: package data of `llmrt.actors.gateway`.
+PLAYGROUND = ("playground", "index.html")
 
 
 def _is_loopback(host: str) -> bool:
@@ -58,6 +70,14 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _load_playground() -> bytes | None:
+    """The playground page, or None when the package ships none (``GET /`` is then 404)."""
+    try:
+        return resources.files(__package__).joinpath(*PLAYGROUND).read_bytes()
+    except OSError:
+        return None
+
+
 @attrs.define(eq=False)
 class GatewayServer:
     """A running gateway, as handed to ``task_status.started`` by `serve_gateway`."""
@@ -65,12 +85,18 @@ class GatewayServer:
     host: str
     port: int
     _state: GatewayState
+    _metrics: GatewayMetrics
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @property
     def url(self) -> str:
         """``ws://host:port/``: where clients connect."""
         return f"ws://{_url_host(self.host)}:{self.port}/"
+
+    @property
+    def http_url(self) -> str:
+        """``http://host:port``: the base of the plain routes (``/healthz``, ``/metrics``, ...)."""
+        return f"http://{_url_host(self.host)}:{self.port}"
 
     @property
     def limits(self) -> Limits:
@@ -85,6 +111,27 @@ class GatewayServer:
     def live_requests(self) -> int:
         """Live calls and metadata requests over all connections."""
         return self._state.live
+
+    @property
+    def ready(self) -> bool:
+        """What ``GET /readyz`` says: accepting calls (not draining, not shutting down)."""
+        return self._state.ready
+
+    def drain(self) -> None:
+        """Report not-ready (``GET /readyz`` answers 503) while serving on as before.
+
+        For a rolling restart: drain, wait until the load balancer has noticed
+        (a few probe periods), then `aclose`. Idempotent; not a checkpoint.
+        """
+        self._state.draining = True
+
+    def refused(self, cause: RefusalCause) -> None:
+        """Count a request refused by a check outside this module (e.g. ``origin``)."""
+        self._state.counters.refused(cause)
+
+    def metrics_text(self) -> bytes:
+        """What ``GET /metrics`` would answer now (Prometheus text format)."""
+        return self._metrics.render_now()
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Shut the gateway down and return once `serve_gateway` has returned.
@@ -107,23 +154,33 @@ async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
     await request.reject(status, extra_headers=headers, body=body.encode())
 
 
-async def _handle(state: GatewayState, request: WebSocketRequest) -> None:
-    """One websocket. Its failures end it alone, never the gateway."""
+async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketConnection | None:
+    """One websocket. Its failures end it alone, never the gateway.
+
+    Returns the websocket when it was accepted (for the caller to close).
+    """
+    accepted: list[WebSocketConnection] = []
     try:
-        await _serve_one(state, request)
+        await _serve_one(state, request, accepted)
     except ConnectionClosed:
         pass  # the client left during the handshake
     except Exception:
         log.exception("a gateway connection failed")
+    return accepted[0] if accepted else None
 
 
-async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
+async def _serve_one(
+    state: GatewayState, request: WebSocketRequest, accepted: list[WebSocketConnection]
+) -> None:
     """Admission, auth and subprotocol checks, then the websocket's `Connection`."""
     limits = state.limits
+    counters = state.counters
     if state.stopping.is_set():
+        counters.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
         return
     if state.admitted >= limits.max_connections:
+        counters.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
@@ -133,14 +190,18 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
             presented = bearer_from_headers(request.headers) or offered_token
             if not token_matches(state.token, presented):
                 # Neither the token nor how it failed is logged.
+                counters.refused(RefusalCause.AUTH)
                 await _reject(request, 401, "a valid bearer token is required")
                 return
         codec = codec_for(offered)
         if codec is None:
+            counters.refused(RefusalCause.SUBPROTOCOL)
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
         # The bearer subprotocol is never echoed: the answer names the encoding.
         ws = await request.accept(subprotocol=codec.subprotocol if offered else None)
+        accepted.append(ws)
+        counters.accepted += 1
         conn = Connection(state, ws, codec)
         await conn.run()
         if conn.close_code == HEARTBEAT_CLOSE:
@@ -150,6 +211,37 @@ async def _serve_one(state: GatewayState, request: WebSocketRequest) -> None:
         state.admitted -= 1
 
 
+async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float) -> None:
+    """Run trio-websocket over ``stream`` (an upgrade request the front door read).
+
+    What trio-websocket's own server does per connection: the handshake by
+    ``deadline``, the handler, then a close bounded by ``close_timeout``.
+    """
+    limits = state.limits
+    try:
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope(deadline=deadline) as handshake:
+                request = await wrap_server_stream(
+                    nursery, stream, max_message_size=limits.hard_frame_bytes
+                )
+            if handshake.cancelled_caught:
+                state.counters.refused(RefusalCause.TIMEOUT)
+            else:
+                ws = await _handle(state, request)
+                if ws is not None:
+                    with trio.move_on_after(limits.close_timeout):
+                        await ws.aclose()
+            nursery.cancel_scope.cancel()  # trio-websocket's reader task
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+def _bound_address(listener: trio.SocketListener) -> tuple[str, int]:
+    host, port, *_ = listener.socket.getsockname()
+    return str(host), int(port)
+
+
 async def serve_gateway(
     runtime: LlmRuntime,
     host: str = "127.0.0.1",
@@ -157,26 +249,43 @@ async def serve_gateway(
     *,
     token: str | None = None,
     limits: Limits | None = None,
+    listeners: Sequence[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
+
+    The same port answers plain HTTP: ``GET /healthz``, ``/readyz``,
+    ``/metrics`` (Prometheus) and ``/`` (the playground); see
+    ``docs/operations.md``.
 
     Calls ``task_status.started(server)`` once bound (``port=0`` picks a free
     port; see `GatewayServer.port` / `GatewayServer.url`). Runs until
     cancelled or until `GatewayServer.aclose`; either way it shuts down as
     the module docstring says before it returns.
 
+    ``listeners``: already-bound, listening sockets to serve instead of
+    binding ``host``/``port`` (e.g. one ``SO_REUSEPORT`` socket per worker
+    process); the gateway takes them over and closes them when it stops.
+    ``host`` and ``port`` are then read from the first listener.
+
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
 
-    Raises `ValueError` before binding when ``host`` is not a loopback
+    Raises `ValueError` before binding when the address is not a loopback
     address and no token is given, or when ``token`` is empty or holds
     whitespace; `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
     if token is not None and (not token or any(c.isspace() for c in token)):
         raise ValueError("the gateway token must be non-empty and hold no whitespace")
-    if token is None and not _is_loopback(host):
+    if listeners is not None:
+        if not listeners:
+            raise ValueError("listeners must hold at least one listening socket")
+        hosts = [_bound_address(each)[0] for each in listeners]
+        host, port = _bound_address(listeners[0])
+    else:
+        hosts = [host]
+    if token is None and not all(_is_loopback(each) for each in hosts):
         raise ValueError(
             f"refusing to serve on the non-loopback host {host!r} without a token: "
             "pass token=... (clients then authenticate with a bearer token)"
@@ -186,6 +295,19 @@ async def serve_gateway(
         limits=limits,
         version=llmrt.__version__,
         token=token.encode() if token is not None else None,
+    )
+    metrics = GatewayMetrics(state)
+    front = FrontDoor(
+        ready=lambda: state.ready,
+        metrics=metrics.render,
+        page=_load_playground(),
+        counters=state.counters,
+    )
+    handler = partial(
+        serve_stream,
+        front,
+        upgrade=partial(_websocket, state),
+        head_seconds=limits.handshake_timeout,
     )
     conns_done = trio.Event()
     listener = trio.CancelScope()
@@ -199,18 +321,17 @@ async def serve_gateway(
                 await conns_done.wait()
                 conns.cancel_scope.cancel()
 
-    async def listen(conns: trio.Nursery, *, task_status: trio.TaskStatus[WebSocketServer]) -> None:
+    async def listen(
+        conns: trio.Nursery, *, task_status: trio.TaskStatus[list[trio.SocketListener]]
+    ) -> None:
         with listener:
-            await serve_websocket(
-                partial(_handle, state),
-                host,
-                port,
-                None,
-                handler_nursery=conns,
-                max_message_size=limits.hard_frame_bytes,
-                connect_timeout=limits.handshake_timeout,
-                disconnect_timeout=limits.close_timeout,
-                task_status=task_status,
+            bound = (
+                list(listeners)
+                if listeners is not None
+                else await trio.open_tcp_listeners(port, host=host)
+            )
+            await trio.serve_listeners(
+                handler, bound, handler_nursery=conns, task_status=task_status
             )
 
     server: GatewayServer | None = None
@@ -218,12 +339,11 @@ async def serve_gateway(
         async with trio.open_nursery() as nursery:
             try:
                 conns = await nursery.start(run_connections)
-                ws_server = await nursery.start(listen, conns)
+                bound = await nursery.start(listen, conns)
                 # ``localhost`` may bind IPv4 and IPv6 (on different ports when
                 # ``port`` is 0): the first listener is the one advertised.
-                endpoint = ws_server.listeners[0]
-                bound_port = endpoint.port if isinstance(endpoint, Endpoint) else port
-                server = GatewayServer(host=host, port=bound_port, state=state)
+                bound_port = _bound_address(bound[0])[1]
+                server = GatewayServer(host=host, port=bound_port, state=state, metrics=metrics)
                 log.info("llmrt gateway listening on %s", server.url)
                 task_status.started(server)
                 await state.stopping.wait()
@@ -232,8 +352,8 @@ async def serve_gateway(
                     listener.cancel()
                     state.stopping.set()
                     if state.connections:
-                        bound = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
-                        with trio.move_on_after(bound):
+                        bound_time = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
+                        with trio.move_on_after(bound_time):
                             await state.all_gone.wait()
                     conns_done.set()
     except BaseExceptionGroup as group:

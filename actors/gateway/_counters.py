@@ -1,0 +1,64 @@
+"""What the gateway counts about its own traffic, and the causes of refused requests.
+
+Plain integer fields bumped where the event happens (an attribute increment,
+no lock, no label lookup); the metrics collector reads them at scrape time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+
+import attrs
+
+__all__ = ["GatewayCounters", "RefusalCause", "payload_bytes"]
+
+
+class RefusalCause(enum.StrEnum):
+    """Why the front door refused a request or a websocket handshake (a bounded label)."""
+
+    #: A browser ``Origin`` (or a loopback ``Host``) the gateway does not serve.
+    ORIGIN = "origin"
+    #: A missing or wrong bearer token (401).
+    AUTH = "auth"
+    #: ``maxConnections`` websockets are open (503).
+    LIMITS = "limits"
+    #: The gateway is shutting down (503).
+    SHUTDOWN = "shutdown"
+    #: Subprotocols were offered and none is supported (400).
+    SUBPROTOCOL = "subprotocol"
+    #: A request head that is not HTTP/1.1, or larger than the head bound (400, 431).
+    MALFORMED = "malformed"
+    #: No complete request head within the handshake timeout.
+    TIMEOUT = "timeout"
+
+
+def payload_bytes(data: str | bytes) -> int:
+    """The size of a frame payload in bytes (a text frame's UTF-8 length)."""
+    # str.isascii() reads a flag CPython keeps: no scan for the usual JSON frame.
+    if isinstance(data, bytes) or data.isascii():
+        return len(data)
+    return len(data.encode(errors="surrogatepass"))
+
+
+@attrs.define(eq=False)
+class GatewayCounters:
+    """Monotonic counters of one gateway; only trio tasks of one run touch them."""
+
+    #: Websocket handshakes accepted.
+    accepted: int = 0
+    #: Plain HTTP requests answered, by route (``/``, ``/healthz``, ``/readyz``,
+    #: ``/metrics``, ``other``).
+    http_requests: Counter[str] = attrs.field(factory=Counter)
+    #: Protocol frames received and sent over all websockets.
+    frames_received: int = 0
+    frames_sent: int = 0
+    #: Bytes of protocol frame payloads received and sent (UTF-8 for text frames;
+    #: websocket framing and handshakes not included).
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    refusals: Counter[str] = attrs.field(factory=Counter)
+
+    def refused(self, cause: RefusalCause) -> None:
+        """Count one refused request or handshake."""
+        self.refusals[cause.value] += 1

@@ -1,0 +1,359 @@
+"""The gateway's front door: plain HTTP routes and websocket upgrades on one TCP port.
+
+Each accepted connection is read up to the end of its request head, with h11,
+under a byte bound (`MAX_HEAD_BYTES`) and a time bound (the handshake
+timeout). Then:
+
+* a websocket upgrade (``Upgrade: websocket``) goes to trio-websocket with the
+  bytes already read replayed in front of the socket (`ReplayStream`), so the
+  handshake and everything after it are trio-websocket's, exactly as before
+  the front door existed;
+* any other request gets one fixed answer (`FrontDoor.answer`) and the
+  connection is closed:
+
+  ========================  =================================================
+  ``GET /``                 the playground page (``text/html``)
+  ``GET /healthz``          200: the process serves
+  ``GET /readyz``           200 while accepting calls, 503 while draining or
+                            shutting down
+  ``GET /metrics``          Prometheus text exposition
+  anything else             404; another method on a known route: 405
+  ========================  =================================================
+
+  ``HEAD`` is answered like ``GET``, without the body.
+
+Why no HTTP framework: four fixed ``GET`` routes without request bodies, on a
+port whose real traffic is websockets, need a request-head parser and a
+response writer, not routing, middleware or an ASGI server (which would also
+own the socket that trio-websocket needs). h11 is that parser and writer:
+it is the kept HTTP/1.1 library (httpx depends on it, and wsproto parses the
+websocket handshake with it), sans-I/O, and it bounds the head it buffers.
+
+Plain answers carry ``Connection: close``: a scraper or a probe opens one
+connection per request, which costs nothing at their rates, and the front
+door holds no keep-alive state.
+
+The logic (`is_upgrade`, `FrontDoor.answer`, `content_security_policy`) does
+no I/O; `serve_stream` is the I/O around it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import attrs
+import h11
+import trio
+
+from ._counters import GatewayCounters, RefusalCause
+
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "Answer",
+    "FrontDoor",
+    "ReplayStream",
+    "content_security_policy",
+    "is_upgrade",
+    "read_request_head",
+    "serve_stream",
+]
+
+log = logging.getLogger("llmrt.gateway")
+
+#: The largest request head read (the request line and all header lines);
+#: a larger one is answered 431.
+MAX_HEAD_BYTES: Final = 16 * 1024
+_RECEIVE_BYTES: Final = 4096
+#: After a plain answer, input is read and dropped for at most this long and this
+#: much, so that closing does not reset the connection under the answer.
+LINGER_SECONDS: Final = 1.0
+LINGER_BYTES: Final = 64 * 1024
+
+_TEXT: Final = b"text/plain; charset=utf-8"
+_HTML: Final = b"text/html; charset=utf-8"
+#: Routes a scrape or probe may name; anything else is counted as ``other``.
+ROUTES: Final = ("/", "/healthz", "/readyz", "/metrics")
+
+
+@attrs.frozen
+class Answer:
+    """One plain HTTP response: status, headers (without framing ones) and body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+_REASONS: Final = {
+    200: b"OK",
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+#: On every plain answer: no MIME sniffing, and nothing may frame the gateway.
+_COMMON: Final = ((b"X-Content-Type-Options", b"nosniff"),)
+
+
+def _text(status: int, body: str, *extra: tuple[bytes, bytes]) -> Answer:
+    headers = ((b"Content-Type", _TEXT), (b"Cache-Control", b"no-store"), *_COMMON, *extra)
+    return Answer(status, headers, body.encode())
+
+
+_SCRIPT = re.compile(rb"<script\b([^>]*)>(.*?)</script\s*>", re.IGNORECASE | re.DOTALL)
+_STYLE = re.compile(rb"<style\b[^>]*>(.*?)</style\s*>", re.IGNORECASE | re.DOTALL)
+_HAS_SRC = re.compile(rb"\ssrc\s*=", re.IGNORECASE)
+
+
+def _hashes(bodies: Sequence[bytes]) -> str:
+    return "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(body).digest()).decode()}'" for body in bodies
+    )
+
+
+def content_security_policy(page: bytes) -> bytes:
+    """The ``Content-Security-Policy`` of the playground page ``page``.
+
+    Nothing but the page's own inline ``<script>`` and ``<style>`` elements
+    (allowed by their SHA-256 hashes, computed from the page as served) and
+    same-origin files may run or style it: an injected script, inline event
+    handler or ``style`` attribute does not run. The page may open websockets
+    to any host (``ws:``/``wss:``: it is a client for whichever gateway its
+    user names, this one by default) but fetch nothing else from elsewhere;
+    it cannot be framed, and forms and ``<base>`` are off.
+    """
+    scripts = [m.group(2) for m in _SCRIPT.finditer(page) if not _HAS_SRC.search(m.group(1))]
+    styles = [m.group(1) for m in _STYLE.finditer(page)]
+    policy = (
+        "default-src 'none'"
+        f"; script-src 'self'{_hashes(scripts)}"
+        f"; style-src 'self'{_hashes(styles)}"
+        "; img-src 'self' data:"
+        "; connect-src 'self' ws: wss:"
+        "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return policy.encode()
+
+
+def is_upgrade(request: h11.Request) -> bool:
+    """Whether ``request`` asks for a websocket (``Upgrade: websocket``, any path)."""
+    for name, value in request.headers:
+        if name == b"upgrade" and any(
+            token.strip().lower() == b"websocket" for token in value.split(b",")
+        ):
+            return True
+    return False
+
+
+@attrs.define(eq=False)
+class FrontDoor:
+    """The plain HTTP routes of one gateway. No socket I/O.
+
+    ``ready`` says whether the gateway accepts calls (the one readiness
+    decision lives with the gateway state); ``metrics`` renders the
+    Prometheus exposition and its content type; ``page`` is the playground
+    (None: ``GET /`` is 404).
+    """
+
+    ready: Callable[[], bool]
+    metrics: Callable[[], Awaitable[tuple[bytes, str]]]
+    page: bytes | None
+    counters: GatewayCounters
+    _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        csp = content_security_policy(self.page or b"")
+        self._page_headers = (
+            (b"Content-Type", _HTML),
+            (b"Content-Security-Policy", csp),
+            (b"Cache-Control", b"no-cache"),
+            (b"Referrer-Policy", b"no-referrer"),
+            *_COMMON,
+        )
+
+    async def answer(self, method: bytes, target: bytes) -> Answer:
+        """The answer to a plain (non-upgrade) request. A checkpoint only for ``/metrics``."""
+        path = target.partition(b"?")[0].decode("ascii", "replace")
+        known = path in ROUTES and (path != "/" or self.page is not None)
+        self.counters.http_requests[path if known else "other"] += 1
+        if not known:
+            return _text(404, "not found\n")
+        if method not in (b"GET", b"HEAD"):
+            return _text(405, "method not allowed\n", (b"Allow", b"GET, HEAD"))
+        match path:
+            case "/":
+                assert self.page is not None
+                return Answer(200, self._page_headers, self.page)
+            case "/healthz":
+                return _text(200, "ok\n")
+            case "/readyz":
+                if self.ready():
+                    return _text(200, "ready\n")
+                return _text(503, "draining\n")
+            case _:  # "/metrics"
+                body, content_type = await self.metrics()
+                headers = (
+                    (b"Content-Type", content_type.encode()),
+                    (b"Cache-Control", b"no-store"),
+                    *_COMMON,
+                )
+                return Answer(200, headers, body)
+
+
+class ReplayStream(trio.abc.Stream):
+    """A socket stream that first returns ``prefix`` (bytes already read from it).
+
+    Adds nothing per frame: sending is the socket stream's own method, and
+    so is receiving once the prefix is consumed.
+    """
+
+    def __init__(self, inner: trio.SocketStream, prefix: bytes) -> None:
+        self._inner = inner
+        self._prefix = prefix
+        # Instance attributes shadow the methods below: no extra call layer.
+        self.send_all = inner.send_all  # type: ignore[method-assign]
+        self.wait_send_all_might_not_block = inner.wait_send_all_might_not_block  # type: ignore[method-assign]
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if not self._prefix:
+            return await self._inner.receive_some(max_bytes)
+        await trio.lowlevel.checkpoint()
+        if max_bytes is None or max_bytes >= len(self._prefix):
+            data, self._prefix = self._prefix, b""
+            self.receive_some = self._inner.receive_some  # type: ignore[method-assign]
+        else:
+            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(data)  # replaced per instance in __init__
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()  # replaced in __init__
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __repr__(self) -> str:
+        try:
+            peer = self._inner.socket.getpeername()
+        except OSError:
+            peer = "?"
+        return f"<websocket stream from {peer}>"
+
+
+class _Closed(Exception):
+    """The peer closed the connection before its request head was complete."""
+
+
+async def read_request_head(
+    stream: trio.abc.ReceiveStream, conn: h11.Connection
+) -> tuple[h11.Request, bytes]:
+    """Read until ``conn`` (an h11 server connection) has a request head.
+
+    ``conn`` must bound its buffer at `MAX_HEAD_BYTES` (``max_incomplete_event_size``).
+    Returns the request and every byte read (the head, and whatever followed
+    it in the same reads). Raises `h11.RemoteProtocolError` for a malformed
+    or oversized head (its ``error_status_hint`` is the status to answer),
+    ``_Closed`` when the peer closes first. A checkpoint.
+    """
+    data = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            # Never past the bound: h11 checks its buffer only when a head is
+            # incomplete, so one large read could otherwise complete a larger head.
+            room = max(1, MAX_HEAD_BYTES + 1 - len(data))
+            chunk = bytes(await stream.receive_some(min(_RECEIVE_BYTES, room)))
+            if not chunk:
+                raise _Closed
+            data += chunk
+            conn.receive_data(chunk)
+        elif isinstance(event, h11.Request):
+            return event, bytes(data)
+        else:  # h11 yields nothing else before a request; a close is NEED_DATA + b""
+            raise _Closed
+
+
+def _encode(conn: h11.Connection, answer: Answer, head_only: bool) -> bytes:
+    headers = [
+        *answer.headers,
+        (b"Content-Length", str(len(answer.body)).encode()),
+        (b"Connection", b"close"),
+    ]
+    reason = _REASONS.get(answer.status, b"")
+    out = conn.send(h11.Response(status_code=answer.status, headers=headers, reason=reason)) or b""
+    if not head_only and answer.body:
+        out += conn.send(h11.Data(data=answer.body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    return out
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Close gracefully after an answer: end our side, then read until the peer closes.
+
+    Closing a socket with unread input resets the connection, which can
+    destroy the answer before the peer has read it (a refused oversized head
+    leaves input unread). Bounded by `LINGER_SECONDS` and `LINGER_BYTES`.
+    """
+    await stream.send_eof()
+    left = LINGER_BYTES
+    with trio.move_on_after(LINGER_SECONDS):
+        while left > 0 and (chunk := await stream.receive_some(_RECEIVE_BYTES)):
+            left -= len(chunk)
+
+
+async def serve_stream(
+    front: FrontDoor,
+    stream: trio.SocketStream,
+    upgrade: Callable[[ReplayStream, float], Awaitable[None]],
+    head_seconds: float,
+) -> None:
+    """Serve one TCP connection: a plain answer, or hand the websocket to ``upgrade``.
+
+    ``upgrade(stream, deadline)`` gets the replaying stream and the trio time
+    by which its handshake must be done; it owns the stream from then on.
+    Everything before that (reading the head, a plain answer) is bounded by
+    ``head_seconds``. Never raises but for cancellation.
+    """
+    deadline = trio.current_time() + head_seconds
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    answer: Answer | None = None
+    head_only = False
+    answered = handed_over = False
+    try:
+        with trio.CancelScope(deadline=deadline) as scope:
+            try:
+                request, data = await read_request_head(stream, conn)
+            except h11.RemoteProtocolError as exc:
+                front.counters.refused(RefusalCause.MALFORMED)
+                status = exc.error_status_hint if exc.error_status_hint in _REASONS else 400
+                answer = _text(status, "malformed request head\n")
+            else:
+                if is_upgrade(request):
+                    handed_over = True
+                else:
+                    answer = await front.answer(request.method, request.target)
+                    head_only = request.method == b"HEAD"
+            if answer is not None:
+                await stream.send_all(_encode(conn, answer, head_only))
+                answered = True
+                await _linger(stream)
+        if scope.cancelled_caught and not answered and not handed_over:
+            front.counters.refused(RefusalCause.TIMEOUT)
+        if handed_over:
+            await upgrade(ReplayStream(stream, data), deadline)
+    except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+        pass  # the peer left, or sent something h11 will not answer: just close
+    except Exception:
+        log.exception("serving a gateway connection failed")
+    finally:
+        if not handed_over:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()

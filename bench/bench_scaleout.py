@@ -1,0 +1,472 @@
+"""Operating llmrt: what metrics cost per chunk, beside the bare call path (and, later, scale-out).
+
+Run: ``python bench/bench_scaleout.py [--quick]`` (full: about 30 s on 2
+cores; ``--quick``: about 10 s). Prints one table per section and writes
+``bench/results/scaleout.json`` (``scaleout-quick.json`` with ``--quick``).
+
+1. ``metrics``: the statistics that ``/metrics`` reads are kept on the call
+   path; this section prices them, in one run:
+
+   * the bare call path, µs per chunk of ``async for chunk in call`` over a
+     `ScriptedAdapter` (one long call, and many 100-chunk calls), and the same
+     with the metric recording switched off (the runtime's counting methods
+     swapped for their pre-metrics versions, in this process only), taking
+     turns; their paired difference is shown, but on a shared machine it is
+     mostly noise: the recording is far below the run-to-run spread;
+   * so each added operation is also timed alone (fastest of 50 short runs,
+     which is what it costs on an idle core): per call, the series lookup, the
+     per-provider finish count, the histogram observations and one more
+     clock reading, charged to a short call of 100 chunks; per chunk, the
+     one test added to the call loop; per frame, the gateway's frame and
+     byte counts, charged as if every frame carried one chunk.
+     Target: their sum at most 0.2 µs per chunk.
+   * a scrape is not on the call path: its CPU milliseconds are shown for a
+     typical runtime and for the label bound's worst case (500 series), with
+     their share at 10,000 chunks/s and one scrape per 15 s; and the longest
+     the trio loop stalls while one runs, with the text written in the loop's
+     thread and in a worker thread (what ``/metrics`` does).
+
+Scale-out rows (``llmrt serve --workers N`` behind SO_REUSEPORT, nginx in
+front) are added by the workers issue as further sections of `SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import timeit
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+from _common import environment, median, table, write_json
+
+import llmrt
+from llmrt import (
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    FinishStop,
+    GenerateOptions,
+    open_runtime,
+    user_message,
+)
+from llmrt.actors._runtime import _CALL_TASK_NAME, RuntimeCore
+from llmrt.actors._stats import CallSeries, StatsCounters, _ProviderCounters
+from llmrt.actors.gateway._connection import GatewayState
+from llmrt.actors.gateway._counters import GatewayCounters, payload_bytes
+from llmrt.actors.gateway._metrics import GatewayMetrics
+from llmrt.actors.gateway._protocol import Limits
+from llmrt.adapters.scripted import ScriptedAdapter, text_script
+
+TARGET_METRICS_US_PER_CHUNK = 0.2
+FULL = {"long_chunks": 100_000, "short_calls": 1_000, "short_chunks": 100, "runs": 10}
+QUICK = {"long_chunks": 20_000, "short_calls": 300, "short_chunks": 100, "runs": 6}
+#: Timings of one operation: the fastest of this many short runs. On a shared
+#: machine the fastest short run is the one nothing preempted.
+REPEAT = 50
+#: The scrape's amortisation: this many chunks per second, one scrape per this many seconds.
+CHUNKS_PER_S = 10_000
+SCRAPE_INTERVAL_S = 15.0
+#: Scraped runtimes: providers x models (a typical one, and the label bound's worst case).
+SCRAPES = ((3, 5), (5, 100))
+
+
+def request(model: str = "bench") -> GenerateOptions:
+    return GenerateOptions(provider="bench", model=model, messages=(user_message("hi"),))
+
+
+# ---- the runtime's counting without the metrics, for the A/B --------------------------------
+#
+# Copies of RuntimeCore's counting methods as they were before the metrics:
+# global counters only, no series, no histograms.
+
+_BARE_SERIES = CallSeries("bench", "bench", _ProviderCounters())
+
+
+def _bare_start_call(self: RuntimeCore, call: Any) -> CallSeries:
+    self.stats.calls_started += 1
+    self.stats.calls_in_flight += 1
+    self.calls.add(call)
+    if self.closing:
+        call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+    self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
+    return _BARE_SERIES
+
+
+def _bare_call_ended(
+    self: RuntimeCore, call: Any, series: CallSeries, delivered: Finish | None
+) -> None:
+    self.calls.discard(call)
+    self.watchdog.forget(call)
+    stats = self.stats
+    stats.calls_in_flight -= 1
+    if delivered is None:
+        stats.finished["consumer-left"] += 1
+    else:
+        reason = delivered.reason
+        stats.finished[reason.__struct_config__.tag] += 1  # type: ignore[index]
+        if type(reason) is FinishError or type(reason) is FinishAborted:
+            stats.failures[str(reason.failure.code)] += 1
+    if self.closing and not self.calls:
+        self._all_ended.set()
+
+
+def _bare_call_worked(
+    self: RuntimeCore,
+    series: CallSeries,
+    forwarded: int,
+    dropped: int,
+    started: float,
+    first: float,
+    ended: float,
+) -> None:
+    self.stats.chunks_forwarded += forwarded
+    self.stats.chunks_dropped += dropped
+
+
+@contextmanager
+def metrics_off() -> Iterator[None]:
+    saved = (RuntimeCore.start_call, RuntimeCore.call_ended, RuntimeCore.call_worked)
+    RuntimeCore.start_call = _bare_start_call  # type: ignore[method-assign]
+    RuntimeCore.call_ended = _bare_call_ended  # type: ignore[method-assign]
+    RuntimeCore.call_worked = _bare_call_worked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RuntimeCore.start_call, RuntimeCore.call_ended, RuntimeCore.call_worked = saved
+
+
+# ---- 1. metrics ----------------------------------------------------------------------------
+
+
+async def _calls(rt: llmrt.LlmRuntime, calls: int, expect: int) -> tuple[float, int]:
+    """Run ``calls`` calls one after another; seconds and chunks delivered."""
+    options = request()
+    chunks = 0
+    start = time.perf_counter()
+    for _ in range(calls):
+        async with rt.stream(options) as call:
+            async for _chunk in call:
+                chunks += 1
+    elapsed = time.perf_counter() - start
+    if chunks != calls * expect:
+        raise SystemExit(f"expected {calls * expect} chunks, got {chunks}")
+    return elapsed, chunks
+
+
+async def call_path(sizes: dict[str, int]) -> dict[str, Any]:
+    long_script = text_script(["tok"] * sizes["long_chunks"])
+    short_script = text_script(["tok"] * sizes["short_chunks"])
+    cases: dict[str, tuple[str, list[Any], int, bool]] = {
+        "long": ("one long call, metrics on", long_script, 1, True),
+        "long-off": ("one long call, metric recording off", long_script, 1, False),
+        "short": (f"{sizes['short_chunks']}-chunk calls, metrics on", short_script, 0, True),
+        "short-off": (
+            f"{sizes['short_chunks']}-chunk calls, metric recording off",
+            short_script,
+            0,
+            False,
+        ),
+    }
+    samples: dict[str, list[float]] = {key: [] for key in cases}
+    async with open_runtime() as rt_long, open_runtime() as rt_short:
+        await rt_long.register_adapter(["bench"], ScriptedAdapter(long_script))
+        await rt_short.register_adapter(["bench"], ScriptedAdapter(short_script))
+
+        async def run(key: str) -> float:
+            _, script, _, on = cases[key]
+            rt, calls = (rt_long, 1) if script is long_script else (rt_short, sizes["short_calls"])
+            if on:
+                elapsed, chunks = await _calls(rt, calls, len(script))
+            else:
+                with metrics_off():
+                    elapsed, chunks = await _calls(rt, calls, len(script))
+            return elapsed / chunks * 1e6
+
+        for key in cases:  # warm-up
+            await run(key)
+        gc.collect()
+        gc.freeze()
+        # Cases take turns within each round, so that load from other
+        # processes falls on all of them alike, in reversed order every other
+        # round (a case's predecessor's garbage lands on it); differences are
+        # paired by round.
+        for round_ in range(sizes["runs"]):
+            for key in cases if round_ % 2 == 0 else reversed(cases):
+                samples[key].append(await run(key))
+        gc.unfreeze()
+    out: dict[str, Any] = {
+        key: {
+            "label": label,
+            "us_per_chunk_median": median(samples[key]),
+            "samples_us": samples[key],
+        }
+        for key, (label, *_rest) in cases.items()
+    }
+    for key in ("long", "short"):
+        diffs = [a - b for a, b in zip(samples[key], samples[key + "-off"], strict=True)]
+        out[key + "-recording"] = {
+            "label": f"recording cost ({key} calls): paired difference",
+            "us_per_chunk_median": median(diffs),
+            "samples_us": diffs,
+        }
+    return out
+
+
+def _noop() -> None:
+    pass
+
+
+def _best_ns(fn: Callable[[], object], number: int) -> float:
+    """Fastest of several timings of ``fn``, in ns per call, less an empty call's.
+
+    The fastest run is what the code costs on an idle core; the empty call
+    is the timing harness, not the code.
+    """
+    best = min(timeit.repeat(fn, number=number, repeat=REPEAT))
+    empty = min(timeit.repeat(_noop, number=number, repeat=REPEAT))
+    return (best - empty) / number * 1e9
+
+
+def per_chunk_test_ns(iterations: int) -> float:
+    """The call loop's one added per-chunk operation (noting the first chunk's time), alone."""
+
+    def with_test() -> None:
+        forwarded = 0
+        first = 0.0
+        now = 1.0
+        for _ in range(iterations):
+            if not forwarded:
+                first = now
+            forwarded += 1  # noqa: SIM113 -- the call loop's own counter
+        del first
+
+    def without() -> None:
+        forwarded = 0
+        for _ in range(iterations):
+            forwarded += 1  # noqa: SIM113
+
+    return max(0.0, (_best_ns(with_test, 1) - _best_ns(without, 1)) / iterations)
+
+
+class _Dummy:
+    """Stands in for a call where the counting methods only need its identity."""
+
+    watch_entry = None
+
+
+async def per_call_ns() -> dict[str, float]:
+    """What the metrics add per call, operation by operation, against the pre-metrics code."""
+    async with open_runtime() as rt:
+        await rt.register_adapter(["bench"], ScriptedAdapter(text_script(["x"])))
+        core: RuntimeCore = rt._core
+        stats = core.stats
+        routes = core.registry.topology.routes
+        series = stats.series("bench", "bench", routed=True)
+        finish = Finish(reason=FinishStop())
+        call = _Dummy()
+        clock = trio.lowlevel.current_clock()
+        n = 20_000
+
+        def start_extra() -> None:  # start_call's added lines
+            series_ = stats.series("bench", "bench", "bench" in routes)
+            series_.counters.started += 1
+
+        parts = {
+            "start: series lookup + started": _best_ns(start_extra, n),
+            "end: per-provider finish count (minus the old end)": _best_ns(
+                lambda: core.call_ended(call, series, finish),
+                n,  # type: ignore[arg-type]
+            )
+            - _best_ns(lambda: _bare_call_ended(core, call, series, finish), n),
+            "work: chunks + two histogram observations (minus the old count)": _best_ns(
+                lambda: core.call_worked(series, 100, 0, 1.0, 1.2, 3.0), n
+            )
+            - _best_ns(lambda: _bare_call_worked(core, series, 100, 0, 1.0, 1.2, 3.0), n),
+            "one more clock reading": _best_ns(clock.current_time, n),
+        }
+        stats.calls_in_flight += 2 * REPEAT * n  # call_ended ran that often without a start
+    return {key: max(0.0, value) for key, value in parts.items()}
+
+
+#: The statements `Connection._writer` runs per frame sent, as written there.
+_PER_FRAME = """
+counters.frames_sent += 1
+counters.bytes_sent += (
+    len(data) if type(data) is bytes or data.isascii() else payload_bytes(data)
+)
+"""
+
+
+def per_frame_ns(frames: int) -> float:
+    """The gateway's counting per frame sent (frame count and UTF-8 payload length)."""
+    names = {
+        "counters": GatewayCounters(),
+        "data": '{"type":"chunk","id":"c1","chunk":{"type":"text-delta","index":0,"text":"tok"}}',
+        "payload_bytes": payload_bytes,
+    }
+    best = min(timeit.repeat(_PER_FRAME, globals=names, number=frames, repeat=REPEAT))
+    empty = min(timeit.repeat("pass", globals=names, number=frames, repeat=REPEAT))
+    return max(0.0, (best - empty) / frames * 1e9)
+
+
+async def _max_gap_ms(work: Callable[[], Awaitable[object]]) -> float:
+    """The longest the trio loop left a ticking task waiting while ``work`` ran."""
+    gap = 0.0
+    done = False
+
+    async def tick() -> None:
+        nonlocal gap
+        last = time.perf_counter()
+        while not done:
+            await trio.lowlevel.checkpoint()
+            now = time.perf_counter()
+            gap = max(gap, now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.sleep(0.01)
+        gap = 0.0
+        await work()
+        done = True
+    return gap * 1e3
+
+
+async def scrape_ms(providers: int, models: int) -> dict[str, Any]:
+    """One ``/metrics`` render of a runtime with providers x models series."""
+    async with open_runtime() as rt:
+        stats: StatsCounters = rt._core.stats
+        for p in range(providers):
+            for m in range(models):
+                series = stats.series(f"provider-{p}", f"model-{m}", routed=True)
+                series.counters.started += 1
+                series.counters.finished["stop", ""] += 1
+                series.first_chunk.observe(0.2)
+                series.duration.observe(3.0)
+        state = GatewayState(runtime=rt, limits=Limits(), version=llmrt.__version__, token=None)
+        metrics = GatewayMetrics(state)
+        body = metrics.render_now()
+        times = timeit.repeat(metrics.render_now, number=1, repeat=9)
+
+        async def inline() -> None:
+            metrics.render_now()
+
+        async def threaded() -> None:
+            await metrics.render()
+
+        stall_inline = median([await _max_gap_ms(inline) for _ in range(5)])
+        stall_threaded = median([await _max_gap_ms(threaded) for _ in range(5)])
+    ms = min(times) * 1e3
+    return {
+        "series": providers * models,
+        "bytes": len(body),
+        "ms_best": ms,
+        "us_per_chunk_amortised": ms * 1e3 / (CHUNKS_PER_S * SCRAPE_INTERVAL_S),
+        "loop_stall_ms_if_inline": stall_inline,
+        "loop_stall_ms_threaded": stall_threaded,
+    }
+
+
+async def metrics_section(sizes: dict[str, int]) -> dict[str, Any]:
+    path = await call_path(sizes)
+    calls = await per_call_ns()
+    per_call = sum(calls.values())
+    chunks_per_call = sizes["short_chunks"]
+    test_ns = per_chunk_test_ns(20_000)
+    frame_ns = per_frame_ns(20_000)
+    scrapes = [await scrape_ms(p, m) for p, m in SCRAPES]
+    hot = per_call / chunks_per_call / 1e3 + test_ns / 1e3 + frame_ns / 1e3
+    return {
+        "sizes": sizes,
+        "call_path": path,
+        "per_call_ns": calls,
+        "per_call_ns_total": per_call,
+        "chunks_per_call_charged": chunks_per_call,
+        "per_chunk_test_ns": test_ns,
+        "per_frame_counting_ns": frame_ns,
+        "scrapes": scrapes,
+        "scrape_amortisation": f"{CHUNKS_PER_S:,} chunks/s, one scrape per {SCRAPE_INTERVAL_S:g} s",
+        "metrics_us_per_chunk": hot,
+        "target_us_per_chunk": TARGET_METRICS_US_PER_CHUNK,
+        "meets_target": hot <= TARGET_METRICS_US_PER_CHUNK,
+    }
+
+
+def print_metrics(section: dict[str, Any]) -> None:
+    path = section["call_path"]
+    print("\n1. metrics: the call path with and without metric recording (median of runs)")
+    rows = [[key, case["label"], case["us_per_chunk_median"]] for key, case in path.items()]
+    print(table(["case", "what", "µs/chunk"], rows))
+    n = section["chunks_per_call_charged"]
+    rows = [[f"per call: {key}", value / 1e3, value / n / 1e3]
+            for key, value in section["per_call_ns"].items()]  # fmt: skip
+    rows += [
+        ["per chunk: the first-chunk test in the call loop", None,
+         section["per_chunk_test_ns"] / 1e3],
+        ["per frame: gateway frame and byte counts (1 chunk/frame)", None,
+         section["per_frame_counting_ns"] / 1e3],
+        ["metrics on the hot path, total", None, section["metrics_us_per_chunk"]],
+        ["bare call path (one long call, median), for scale", None,
+         path["long"]["us_per_chunk_median"]],
+    ]  # fmt: skip
+    print(
+        f"\nmetrics cost, each part timed alone (fastest of {REPEAT} short runs), "
+        f"per call charged to {n} chunks"
+    )
+    print(table(["part", "µs/call", "µs/chunk"], rows))
+    verdict = "ok" if section["meets_target"] else "MISS"
+    print(f"target metrics <= {section['target_us_per_chunk']} µs/chunk: {verdict}")
+    rows = [[s["series"], s["bytes"], s["ms_best"], s["us_per_chunk_amortised"],
+             s["loop_stall_ms_if_inline"], s["loop_stall_ms_threaded"]]
+            for s in section["scrapes"]]  # fmt: skip
+    print(
+        f"\nscrape: CPU ms (fastest of 9), amortised at {section['scrape_amortisation']}; "
+        "longest trio-loop stall while it runs (median of 5): written in the loop's "
+        "thread vs in a worker thread (what /metrics does)"
+    )
+    print(
+        table(["series", "bytes", "ms", "µs/chunk", "stall ms inline", "stall ms threaded"], rows)
+    )
+
+
+#: Sections of this benchmark: name -> (run, print). The workers issue adds
+#: its rows here.
+SECTIONS: dict[
+    str,
+    tuple[Callable[[dict[str, int]], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], None]],
+] = {
+    "metrics": (metrics_section, print_metrics),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 10 s)")
+    parser.add_argument("--only", choices=list(SECTIONS), help="run one section")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    command = "python bench/bench_scaleout.py" + (" --quick" if args.quick else "")
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "benchmark": "scaleout",
+        "command": command,
+        "statistic": "median",
+        "environment": environment(),
+    }
+    for name, (run, show) in SECTIONS.items():
+        if args.only in (None, name):
+            report[name] = trio.run(run, sizes)
+            show(report[name])
+    report["elapsed_s"] = time.perf_counter() - started
+    path = write_json("scaleout-quick.json" if args.quick else "scaleout.json", report)
+    print(f"\nwrote {path.relative_to(path.parents[2])} in {report['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
