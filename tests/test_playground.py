@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
-import json
 import os
 import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -427,8 +425,10 @@ def test_three_concurrent_calls(gateway: Gateway, page: Page) -> None:
         page.send(prompt)
     panels = "document.querySelectorAll('article.call')"
     page.wait(
-        lambda: page.js(f"return [...{panels}].filter(a => a.dataset.state === 'streaming').length")
-        == 3,
+        lambda: (
+            page.js(f"return [...{panels}].filter(a => a.dataset.state === 'streaming').length")
+            == 3
+        ),
         message="the three calls never streamed at the same time",
     )
     page.wait(
