@@ -42,6 +42,8 @@ from llmrt import (
 from . import config as configuration
 
 if TYPE_CHECKING:
+    from ._config_schema import GatewayTable
+    from .gateway import Limits
     from .gateway._snapshot import HistogramValue, StatisticsValue
 
 __all__ = ["main"]
@@ -89,6 +91,43 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"environment variable holding the bearer token (default {DEFAULT_TOKEN_ENV}); "
         "when it is set, clients must present the token. Required beyond loopback.",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin (scheme://host[:port]) whose pages may use the gateway, "
+        "besides the gateway's own; repeatable; '*' (any page) only with a token. "
+        "Adds to [gateway].allow_origin of llmrt.toml.",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close connections with no call in flight for this long (default 300)",
+    )
+    serve.add_argument(
+        "--max-connections-per-peer",
+        type=int,
+        default=None,
+        metavar="N",
+        help="open connections per client address (default 64)",
+    )
+    serve.add_argument(
+        "--max-pending-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="encoded chunks one connection may queue for a slow client (default 4 MiB)",
+    )
+    serve.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="the largest websocket frame, either way (default 1 MiB, at least 4096)",
     )
 
     call = add("call", "Stream one call to the terminal.")
@@ -329,8 +368,18 @@ async def _serve(
     from .gateway import serve_gateway
 
     token = environ.get(args.token_env) or None
+    limits = _gateway_limits(args, config.gateway)
     async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        serve = functools.partial(serve_gateway, rt, args.host, args.port, token=token)
+        allow_origin = (*config.gateway.allow_origin, *args.allow_origin)
+        serve = functools.partial(
+            serve_gateway,
+            rt,
+            args.host,
+            args.port,
+            token=token,
+            allow_origin=allow_origin,
+            limits=limits,
+        )
         server = await nursery.start(serve)
         out.write(f"llmrt {llmrt.__version__} gateway listening on {server.url}\n")
         out.write(f"auth: {'on (bearer token from $' + args.token_env + ')' if token else 'off'}\n")
@@ -347,6 +396,28 @@ async def _serve(
                 break
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
+    """The gateway's limits: defaults, then ``[gateway]`` of the config, then flags.
+
+    Raises `ValueError` for a value the limits refuse.
+    """
+    from .gateway import Limits
+
+    settings: dict[str, Any] = {}
+    for name in (
+        "idle_timeout",
+        "max_connections_per_peer",
+        "max_pending_bytes",
+        "max_frame_bytes",
+    ):
+        value = getattr(args, name)
+        if value is None:
+            value = getattr(table, name)
+        if value is not None:
+            settings[name] = value
+    return Limits(**settings)
 
 
 # ---- providers / models ------------------------------------------------------------------

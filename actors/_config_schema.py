@@ -20,6 +20,7 @@ __all__ = [
     "ProviderTable",
     "ModelTable",
     "RetryTable",
+    "GatewayTable",
     "Path",
     "format_path",
     "parse_path",
@@ -83,11 +84,27 @@ class ProviderTable(_Table, frozen=True):
     tokens_per_second: float | None = None
 
 
+class GatewayTable(_Table, frozen=True):
+    """``[gateway]``: settings of the websocket gateway (``llmrt serve``)."""
+
+    #: Browser origins allowed besides the gateway's own (``*``: any, with a token only).
+    allow_origin: tuple[str, ...] = ()
+    #: Seconds without a call in flight after which a connection is closed.
+    idle_timeout: float | None = None
+    #: Open connections per peer address.
+    max_connections_per_peer: _Positive | None = None
+    #: Bytes of encoded chunks one connection may queue for its slow client.
+    max_pending_bytes: _Positive | None = None
+    #: The largest frame in either direction (at least 4096).
+    max_frame_bytes: _Positive | None = None
+
+
 class FileTable(_Table, frozen=True):
     """The whole file."""
 
     defaults: DefaultsTable = msgspec.field(default_factory=DefaultsTable)
     provider: tuple[ProviderTable, ...] = ()
+    gateway: GatewayTable = msgspec.field(default_factory=GatewayTable)
 
 
 # ---- paths ---------------------------------------------------------------------------------

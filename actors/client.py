@@ -53,10 +53,13 @@ from llmrt import (
 )
 
 from .gateway._protocol import (
+    FRAME_BYTES_HEADER,
     JSON,
+    MIN_FRAME_BYTES,
     MSGPACK,
     PROTOCOL,
     AbortFrame,
+    BinaryPartFrame,
     CallFrame,
     ChunkFrame,
     ChunksFrame,
@@ -66,6 +69,7 @@ from .gateway._protocol import (
     HelloFrame,
     ListModelsFrame,
     ListProvidersFrame,
+    PartFrame,
     PongFrame,
     ResolveModelFrame,
     ResultFrame,
@@ -83,6 +87,8 @@ log = logging.getLogger("llmrt.client")
 _YIELD_EVERY = 64
 #: Bound on sending the abort of a call whose consumer left early.
 _ABORT_TIMEOUT = 2.0
+#: Bound on one frame the gateway sends in ``part`` frames (a very large block-end).
+MAX_ASSEMBLED_BYTES = 256 << 20
 
 
 def _error_finish(code: str, message: str) -> Finish:
@@ -241,6 +247,9 @@ class GatewayClient:
     _calls: dict[str, RemoteCall] = attrs.field(factory=dict, init=False)
     _waiters: dict[str, _Waiter] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    #: Parts of frames too large for one message, by id, and their total size.
+    _parts: dict[str | None, list[str | bytes]] = attrs.field(factory=dict, init=False)
+    _parts_bytes: int = attrs.field(default=0, init=False)
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
 
@@ -347,6 +356,11 @@ class GatewayClient:
                     return
                 try:
                     frame = self._codec.decode_server(data)
+                    if type(frame) is PartFrame or type(frame) is BinaryPartFrame:
+                        whole = self._assemble(frame)
+                        if whole is None:
+                            continue
+                        frame = self._codec.decode_server(whole)
                 except DecodeError as exc:
                     # Unknown frame types are ignored (newer servers may add some).
                     log.debug("ignoring a frame: %s", exc)
@@ -396,6 +410,27 @@ class GatewayClient:
         elif cls is PongFrame or cls is HelloFrame:
             pass
 
+    def _assemble(self, part: PartFrame | BinaryPartFrame) -> str | bytes | None:
+        """Add a ``part`` to its frame; the whole frame once its last part is in.
+
+        Raises `DecodeError` when the parts of one frame exceed `MAX_ASSEMBLED_BYTES`
+        (they are dropped).
+        """
+        parts = self._parts.setdefault(part.id, [])
+        parts.append(part.data)
+        self._parts_bytes += len(part.data)
+        if self._parts_bytes > MAX_ASSEMBLED_BYTES:
+            self._parts.clear()
+            self._parts_bytes = 0
+            raise DecodeError(f"a frame in parts exceeds {MAX_ASSEMBLED_BYTES} bytes")
+        if part.more:
+            return None
+        del self._parts[part.id]
+        self._parts_bytes -= sum(len(p) for p in parts)
+        if isinstance(part.data, bytes):
+            return b"".join(parts)  # type: ignore[arg-type]
+        return "".join(parts)  # type: ignore[arg-type]
+
     def _on_error(self, frame: ErrorFrame) -> None:
         if frame.id is None or not ends_request(frame.code):
             log.warning("gateway error %s: %s", frame.code, frame.message)
@@ -439,8 +474,10 @@ async def open_gateway_client(
 
     ``token`` goes in an ``Authorization: Bearer`` header; ``msgpack`` selects
     the ``llmrt.v1.msgpack`` subprotocol; ``call_buffer`` bounds the chunks
-    buffered per call. Leaving the block closes the websocket (the gateway then
-    cancels calls still running).
+    buffered per call; ``max_frame_bytes`` (at least 4096) is the largest
+    message accepted, announced to the gateway, which splits larger frames.
+    Leaving the block closes the websocket (the gateway then cancels calls
+    still running).
 
     Raises `LlmError`: ``AUTH`` (token refused), ``OVERLOADED`` (the gateway
     is full or shutting down), ``NETWORK`` (cannot connect, other refusals),
@@ -448,8 +485,12 @@ async def open_gateway_client(
     """
     if call_buffer < 1:
         raise ValueError(f"call_buffer must be a positive integer, got {call_buffer!r}")
+    if max_frame_bytes < MIN_FRAME_BYTES:
+        raise ValueError(f"max_frame_bytes must be at least {MIN_FRAME_BYTES}")
     codec = MSGPACK if msgpack else JSON
     headers = [(b"Authorization", b"Bearer " + token.encode())] if token else []
+    # The gateway then writes no larger message (it splits, see docs/protocol.md).
+    headers.append((FRAME_BYTES_HEADER.encode(), str(max_frame_bytes).encode()))
     async with AsyncExitStack() as stack:
         try:
             ws = await stack.enter_async_context(

@@ -39,6 +39,7 @@ from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter
 
 from ._config_schema import (
     FileTable,
+    GatewayTable,
     ModelTable,
     Path,
     ProviderTable,
@@ -167,6 +168,8 @@ class Config:
     routes: tuple[RouteSpec, ...]
     file: str | None = None
     keys_set: frozenset[str] = frozenset()
+    #: The ``[gateway]`` table (``llmrt serve``'s settings); defaults when absent.
+    gateway: GatewayTable = attrs.field(factory=GatewayTable)
 
     def route(self, name: str) -> RouteSpec | None:
         """The spec that serves route (or alias) ``name``, or None."""
@@ -223,8 +226,10 @@ def load_config(
     ctx = _Context(file if text is not None else None)
     routes: list[RouteSpec] = []
     default_idle: float | None = None
+    gateway = GatewayTable()
     if text is not None:
         table, ctx.lines = _parse(text, ctx)
+        gateway = _check_gateway(ctx, table.gateway)
         default_idle = _check_idle(
             ctx, ("defaults", "stream_idle_timeout"), table.defaults.stream_idle_timeout
         )
@@ -233,7 +238,7 @@ def load_config(
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and env.get(spec.api_key_env)
     )
-    return Config(routes=tuple(routes), file=ctx.file, keys_set=keys_set)
+    return Config(routes=tuple(routes), file=ctx.file, keys_set=keys_set, gateway=gateway)
 
 
 def _read(file: str, *, explicit: bool) -> str | None:
@@ -320,6 +325,27 @@ def _refuse_foreign_keys(ctx: _Context, raw: dict[str, Any]) -> None:
                     f"`{key}` does not apply to adapter {entry['adapter']!r} "
                     f"(it applies to: {', '.join(users)})",
                 )
+
+
+def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
+    from .gateway._origin import OriginPolicy
+    from .gateway._protocol import MIN_FRAME_BYTES
+
+    for index, entry in enumerate(table.allow_origin):
+        try:
+            # Whether ``*`` has its token is known only when serving.
+            OriginPolicy.build([entry], loopback=True, token=True)
+        except ValueError as exc:
+            raise ctx.error(("gateway", "allow_origin", index), str(exc)) from None
+    if table.idle_timeout is not None and not 0 < table.idle_timeout < math.inf:
+        raise ctx.error(
+            ("gateway", "idle_timeout"), "idle_timeout must be a positive, finite number of seconds"
+        )
+    if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
+        raise ctx.error(
+            ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"
+        )
+    return table
 
 
 def _check_idle(ctx: _Context, path: Path, timeout: float | None) -> float | None:

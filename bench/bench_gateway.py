@@ -206,7 +206,11 @@ async def main(quick: bool) -> None:
     aborts = 100 if quick else 1_000
     # Generous call-rate limits: the benches start calls faster than a client should.
     limits = Limits(
-        max_calls_per_connection=calls, call_burst=max(100, calls), calls_per_second=100_000
+        max_calls_per_connection=calls,
+        call_burst=max(100, calls),
+        calls_per_second=100_000,
+        # The fan-out opens `calls` connections at once, all from loopback.
+        max_connections_per_peer=max(64, calls),
     )
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["bulk"], ScriptedAdapter(text_script(["tok "] * n)))

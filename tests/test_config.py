@@ -491,11 +491,11 @@ BAD_CASES = {
         [defaults]
         stream_idle_timeout = 10
 
-        [gateway]
+        [server]
         port = 8080
         """,
         4,
-        ["unknown field `gateway`"],
+        ["unknown field `server`"],
     ),
 }
 

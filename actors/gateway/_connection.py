@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
 import attrs
+import msgspec
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
@@ -39,21 +40,23 @@ from llmrt import (
     GenerateOptions,
     LlmError,
     ModelInfo,
+    ReasoningDelta,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
     StreamChunk,
+    TextDelta,
+    ToolCallDelta,
 )
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
 from ._counters import GatewayCounters, payload_bytes
+from ._origin import LogThrottle, OriginPolicy
 from ._protocol import (
     PROTOCOL,
     AbortFrame,
     CallFrame,
-    ChunkFrame,
-    ChunksFrame,
     CloseRequest,
     Codec,
     ErrorFrame,
@@ -64,12 +67,15 @@ from ._protocol import (
     ListProvidersFrame,
     PingFrame,
     PongFrame,
+    RawChunkFrame,
+    RawChunksFrame,
     ResolveModelFrame,
     ResultFrame,
     RetryFrame,
     ServerFrame,
     StatsFrame,
     TokenBucket,
+    split_delta,
 )
 from ._snapshot import GatewayValue, statistics_value
 
@@ -79,10 +85,13 @@ log = logging.getLogger("llmrt.gateway")
 
 #: Most chunks of one call waiting for the writer (the largest ``chunks`` frame).
 PENDING_CHUNKS = 128
+#: Seconds between two log lines about the same kind of bad frame on one connection.
+FAULT_LOG_INTERVAL = 60.0
 #: Close code when pongs stop (as the `websockets` package uses).
 HEARTBEAT_CLOSE = 1011
 SHUTDOWN_CLOSE = 1001
 _SHUTDOWN = CloseRequest(SHUTDOWN_CLOSE, "the gateway is shutting down")
+IDLE_CLOSE_REASON = "idle timeout: no call in flight"
 
 
 @attrs.define(eq=False)
@@ -104,6 +113,16 @@ class GatewayState:
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
     counters: GatewayCounters = attrs.field(factory=GatewayCounters)
+    #: Which browser origins and Host names a handshake may carry.
+    policy: OriginPolicy = attrs.field(factory=OriginPolicy)
+    #: Handshakes refused before the upgrade, by cause.
+    refusals: dict[str, int] = attrs.field(factory=dict)
+    #: Connections accepted or being handshaken, per peer address.
+    per_peer: dict[str, int] = attrs.field(factory=dict)
+    #: One refusal line per peer address per minute.
+    refusal_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0))
+    #: One traceback per kind of connection failure per minute.
+    failure_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0, max_keys=64))
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
@@ -133,6 +152,10 @@ class GatewayState:
             http_requests=dict(counters.http_requests),
         )
 
+    def refused(self, cause: str) -> None:
+        """Count a handshake refused before the upgrade (``origin``, ``host``, ``per_peer``)."""
+        self.refusals[cause] = self.refusals.get(cause, 0) + 1
+
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
         if self.stopping.is_set() and not self.connections:
@@ -146,7 +169,8 @@ class _Request:
     id: str
     controller: AbortController | None = None
     scope: trio.CancelScope | None = None
-    pending: list[StreamChunk | RetryScheduled] = attrs.field(factory=list)
+    #: Encoded chunks (and attempt boundaries of a retried call) not yet written.
+    pending: list[msgspec.Raw | RetryScheduled] = attrs.field(factory=list)
     #: For a retried call, the attempt the next pending chunk belongs to; else None.
     attempt: int | None = None
     #: True while this request's token is in the writer's queue.
@@ -160,7 +184,7 @@ class _Request:
         if self.scope is not None:
             self.scope.cancel()
 
-    def take(self) -> list[StreamChunk | RetryScheduled]:
+    def take(self) -> list[msgspec.Raw | RetryScheduled]:
         """The writer's side: take every pending chunk and make room."""
         chunks, self.pending = self.pending, []
         self.queued = False
@@ -174,25 +198,38 @@ class _Request:
 #: pending chunks, or the request to close the websocket.
 Outbound = ServerFrame | _Request | CloseRequest
 
+#: Bytes a ``chunks`` frame's envelope may take besides its id: the type, the
+#: field names, an attempt number, a MessagePack array header.
+_ENVELOPE = 64
+
 
 def _frames(
-    request: _Request, items: list[StreamChunk | RetryScheduled]
-) -> list[ChunkFrame | ChunksFrame | RetryFrame]:
-    """The frames for a request's pending items: runs of chunks, and a ``retry``
-    frame at each attempt boundary of a retried call."""
-    frames: list[ChunkFrame | ChunksFrame | RetryFrame] = []
-    run: list[StreamChunk] = []
+    request: _Request, items: list[msgspec.Raw | RetryScheduled], limit: int
+) -> tuple[list[RawChunkFrame | RawChunksFrame | RetryFrame], int]:
+    """The frames for a request's pending items, and the bytes of chunks they carry.
+
+    Runs of chunks, each frame's chunks at most ``limit`` bytes with the
+    envelope, and a ``retry`` frame at each attempt boundary of a retried
+    call. A chunk that does not fit a frame alone gets its own (the writer
+    then sends it in parts).
+    """
+    frames: list[RawChunkFrame | RawChunksFrame | RetryFrame] = []
+    run: list[msgspec.Raw] = []
+    room = limit - _ENVELOPE - 6 * len(request.id)
+    size = 0
+    total = 0
 
     def flush() -> None:
         if len(run) == 1:
-            frames.append(ChunkFrame(id=request.id, chunk=run[0], attempt=request.attempt))
+            frames.append(RawChunkFrame(id=request.id, chunk=run[0], attempt=request.attempt))
         elif run:
-            frames.append(ChunksFrame(id=request.id, chunks=tuple(run), attempt=request.attempt))
+            frames.append(RawChunksFrame(id=request.id, chunks=tuple(run), attempt=request.attempt))
         run.clear()
 
     for item in items:
-        if type(item) is RetryScheduled:
+        if isinstance(item, RetryScheduled):
             flush()
+            size = 0
             frames.append(
                 RetryFrame(
                     id=request.id,
@@ -203,9 +240,16 @@ def _frames(
             )
             request.attempt = item.attempt + 1
         else:
-            run.append(item)  # type: ignore[arg-type]
+            n = len(item)
+            total += n
+            # Plus a separator per chunk (a comma in JSON).
+            if run and size + n + 1 > room:
+                flush()
+                size = 0
+            run.append(item)
+            size += n + 1
     flush()
-    return frames
+    return frames, total
 
 
 def _error(code: str, message: str, id: str | None = None) -> ErrorFrame:
@@ -219,6 +263,9 @@ class Connection:
     state: GatewayState
     ws: WebSocketConnection
     codec: Codec
+    #: The largest message written to this client: ``maxFrameBytes``, or less
+    #: when the client announced a smaller limit in its handshake.
+    frame_limit: int = attrs.field(default=0, kw_only=True)
     #: The close code the gateway chose, when it closed the connection itself.
     close_code: int | None = attrs.field(default=None, init=False)
     _send: trio.MemorySendChannel[Outbound] = attrs.field(init=False)
@@ -227,9 +274,19 @@ class Connection:
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     _bucket: TokenBucket = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    #: When the connection last became idle (no live request), on trio's clock.
+    _idle_since: float = attrs.field(default=0.0, init=False)
+    #: One log line per kind of bad frame per interval, however many arrive.
+    _faults: LogThrottle = attrs.field(factory=lambda: LogThrottle(FAULT_LOG_INTERVAL), init=False)
+    #: Bytes of encoded chunks queued for the writer, over all calls.
+    _pending_bytes: int = attrs.field(default=0, init=False)
+    #: Set by the writer when ``_pending_bytes`` is back within the budget.
+    _budget: trio.Event | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         limits = self.state.limits
+        if self.frame_limit <= 0:
+            self.frame_limit = limits.max_frame_bytes
         self._send, self._recv = trio.open_memory_channel[Outbound](limits.outbound_frames)
         self._bucket = TokenBucket(limits.calls_per_second, limits.call_burst)
         self._idle.set()
@@ -243,12 +300,15 @@ class Connection:
                 self._nursery = nursery
                 self._send.send_nowait(
                     HelloFrame(
-                        protocol=PROTOCOL, server=state.version, limits=state.limits.announce()
+                        protocol=PROTOCOL,
+                        server=state.version,
+                        limits=state.limits.announce(self.frame_limit),
                     )
                 )
                 nursery.start_soon(self._writer)
                 nursery.start_soon(self._heartbeat)
                 nursery.start_soon(self._watch_shutdown)
+                nursery.start_soon(self._watch_idle)
                 await self._reader()
                 if self.close_code is None:
                     # The client is gone: cancelling its calls makes their `async
@@ -284,16 +344,14 @@ class Connection:
         if isinstance(data, str) and limit // 4 < size <= limit:
             size = len(data.encode(errors="surrogatepass"))
         if size > limit:
-            await self._reply(
-                _error(
-                    GatewayErrorCode.FRAME_TOO_LARGE,
-                    f"a frame of {size} bytes exceeds maxFrameBytes ({limit})",
-                )
-            )
+            message = f"a frame of {size} bytes exceeds maxFrameBytes ({limit})"
+            self._fault(GatewayErrorCode.FRAME_TOO_LARGE, message)
+            await self._reply(_error(GatewayErrorCode.FRAME_TOO_LARGE, message))
             return
         try:
             frame = self.codec.decode_client(data)
         except DecodeError as exc:
+            self._fault(GatewayErrorCode.BAD_FRAME, str(exc))
             await self._reply(
                 _error(GatewayErrorCode.BAD_FRAME, str(exc), self.codec.peek_id(data))
             )
@@ -310,6 +368,7 @@ class Connection:
                 else:
                     request.abort("the client aborted the call")
             case ListProvidersFrame():
+                self._idle_since = trio.current_time()  # a request, answered at once
                 providers = self.state.runtime.list_providers()
                 await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(providers)))
             case ListModelsFrame() | ResolveModelFrame():
@@ -325,6 +384,13 @@ class Connection:
                 await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(value)))
             case _:
                 assert_never(frame)
+
+    def _fault(self, code: str, message: str) -> None:
+        """Log a bad client frame: one line per code per interval on this connection."""
+        log_it, muted = self._faults.allow(code, trio.current_time())
+        if log_it:
+            more = f" ({muted} more since the last line)" if muted else ""
+            log.info("a client sent a bad frame, %s: %.200s%s", code, message, more)
 
     async def _admit(self, id: str) -> bool:
         """Check that a new request may start; reply with the error when it may not."""
@@ -392,6 +458,7 @@ class Connection:
         del self._requests[request.id]
         self.state.live -= 1
         if not self._requests:
+            self._idle_since = trio.current_time()
             self._idle.set()
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
@@ -409,8 +476,18 @@ class Connection:
         runtime = self.state.runtime
         signal = request.controller.signal
 
-        async def forward(item: StreamChunk | RetryScheduled) -> None:
+        raw = self.codec.raw
+        budget = self.state.limits.max_pending_bytes
+        # The largest chunk that fits a frame of its own.
+        room = self.frame_limit - _ENVELOPE - 6 * len(cid) - 1
+
+        def size_of(chunk: StreamChunk) -> int:
+            return len(raw(chunk))
+
+        async def put(item: msgspec.Raw | RetryScheduled) -> None:
             request.pending.append(item)
+            if type(item) is msgspec.Raw:
+                self._pending_bytes += len(item)
             if not request.queued:
                 request.queued = True
                 try:
@@ -420,6 +497,34 @@ class Connection:
             elif len(request.pending) >= PENDING_CHUNKS:
                 request.space = trio.Event()
                 await request.space.wait()
+            if self._pending_bytes > budget:
+                await self._wait_for_budget()
+
+        async def forward(item: StreamChunk | RetryScheduled) -> None:
+            if type(item) is RetryScheduled:
+                await put(item)
+                return
+            encoded = raw(item)
+            size = len(encoded)
+            if size > room and isinstance(item, TextDelta | ReasoningDelta | ToolCallDelta):
+                # Cut into deltas that concatenate to it, each in a frame of its own size.
+                for piece in split_delta(item, size_of, room):
+                    await put(raw(piece))
+                return
+            # The common case, inlined: this runs once per chunk.
+            request.pending.append(encoded)
+            self._pending_bytes += size
+            if not request.queued:
+                request.queued = True
+                try:
+                    send.send_nowait(request)
+                except trio.WouldBlock:
+                    await send.send(request)
+            elif len(request.pending) >= PENDING_CHUNKS:
+                request.space = trio.Event()
+                await request.space.wait()
+            if self._pending_bytes > budget:
+                await self._wait_for_budget()
 
         try:
             if request.attempt is None:
@@ -470,38 +575,55 @@ class Connection:
     async def _writer(self) -> None:
         recv = self._recv
         ws = self.ws
-        encode = self.codec.encode
+        within = self.codec.frames_within
+        limit = self.frame_limit
         counters = self.state.counters
         try:
             while True:
                 item = await recv.receive()
                 if isinstance(item, _Request):
-                    for frame in _frames(item, item.take()):
-                        data = encode(frame)
-                        await ws.send_message(data)
-                        # Inline, not a method call: this runs per frame (see bench_scaleout).
-                        counters.frames_sent += 1
-                        counters.bytes_sent += (
-                            len(data)
-                            if type(data) is bytes or data.isascii()
-                            else payload_bytes(data)
-                        )
+                    frames, written = _frames(item, item.take(), limit)
+                    for frame in frames:
+                        for message in within(frame, limit):
+                            await ws.send_message(message)
+                            counters.frames_sent += 1
+                            counters.bytes_sent += payload_bytes(message)
+                    self._release(written)
                 elif isinstance(item, CloseRequest):
                     self.close_code = item.code
                     with trio.move_on_after(self.state.limits.close_timeout):
                         await ws.aclose(item.code, item.reason)
                     return
                 else:
-                    data = encode(item)
-                    await ws.send_message(data)
-                    counters.frames_sent += 1
-                    counters.bytes_sent += payload_bytes(data)
+                    for message in within(item, limit):
+                        await ws.send_message(message)
+                        counters.frames_sent += 1
+                        counters.bytes_sent += payload_bytes(message)
         except ConnectionClosed:
             pass
         finally:
             # Nothing more can reach the client: end the connection.
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
+
+    async def _wait_for_budget(self) -> None:
+        """Wait until the writer has brought the pending bytes back within the budget.
+
+        The caller's chunk is queued already, so one chunk larger than the
+        whole budget still goes through.
+        """
+        budget = self.state.limits.max_pending_bytes
+        while self._pending_bytes > budget:
+            if self._budget is None:
+                self._budget = trio.Event()
+            await self._budget.wait()
+
+    def _release(self, written: int) -> None:
+        """The writer wrote ``written`` bytes of chunks: wake calls waiting for the budget."""
+        self._pending_bytes -= written
+        if self._budget is not None and self._pending_bytes <= self.state.limits.max_pending_bytes:
+            self._budget.set()
+            self._budget = None
 
     async def _heartbeat(self) -> None:
         limits = self.state.limits
@@ -518,6 +640,23 @@ class Connection:
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
                 return
+
+    async def _watch_idle(self) -> None:
+        """Close the connection once no request has been in flight for ``idle_timeout``."""
+        timeout = self.state.limits.idle_timeout
+        self._idle_since = trio.current_time()
+        while True:
+            await self._idle.wait()
+            # A request that started and ended meanwhile moved ``_idle_since``.
+            deadline = self._idle_since + timeout
+            if trio.current_time() < deadline:
+                await trio.sleep_until(deadline)
+                continue
+            if self.state.stopping.is_set():
+                return  # the shutdown closes it
+            log.debug("closing a connection idle for %g s", timeout)
+            await self._send.send(CloseRequest(SHUTDOWN_CLOSE, IDLE_CLOSE_REASON))
+            return
 
     async def _watch_shutdown(self) -> None:
         state = self.state

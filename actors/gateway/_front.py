@@ -220,6 +220,14 @@ class ReplayStream(trio.abc.Stream):
         self.send_all = inner.send_all  # type: ignore[method-assign]
         self.wait_send_all_might_not_block = inner.wait_send_all_might_not_block  # type: ignore[method-assign]
 
+    @property
+    def peer_address(self) -> str:
+        """The peer's address without its port (what per-peer limits count)."""
+        try:
+            return str(self._inner.socket.getpeername()[0])
+        except OSError:
+            return "?"
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if not self._prefix:
             return await self._inner.receive_some(max_bytes)

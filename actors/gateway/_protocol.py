@@ -18,13 +18,25 @@ from typing import Annotated, Any
 import attrs
 import msgspec
 
-from llmrt import DecodeError, GenerateOptions, LlmFailure, ResolvedRetryPolicy, StreamChunk
+from llmrt import (
+    DecodeError,
+    GenerateOptions,
+    LlmFailure,
+    ReasoningDelta,
+    ResolvedRetryPolicy,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+)
+from llmrt._nesting import MAX_NESTING, json_too_deep, msgpack_too_deep
 
 __all__ = [
     "PROTOCOL",
     "JSON_SUBPROTOCOL",
     "MSGPACK_SUBPROTOCOL",
     "BEARER_PREFIX",
+    "FRAME_BYTES_HEADER",
+    "MIN_FRAME_BYTES",
     "GatewayErrorCode",
     "ends_request",
     "Limits",
@@ -44,7 +56,12 @@ __all__ = [
     "ErrorFrame",
     "PongFrame",
     "RetryFrame",
+    "PartFrame",
+    "BinaryPartFrame",
+    "RawChunkFrame",
+    "RawChunksFrame",
     "ServerFrame",
+    "split_delta",
     "CloseRequest",
     "Codec",
     "JSON",
@@ -61,6 +78,11 @@ JSON_SUBPROTOCOL = "llmrt.v1"
 MSGPACK_SUBPROTOCOL = "llmrt.v1.msgpack"
 #: Browsers cannot set headers: they offer the subprotocol ``llmrt.bearer.<token>``.
 BEARER_PREFIX = "llmrt.bearer."
+#: Handshake header in which a client announces the largest frame it accepts.
+FRAME_BYTES_HEADER = "llmrt-max-frame-bytes"
+#: The smallest frame limit either side may set: every frame that cannot be
+#: split (a ``hello``, an ``error``, a ``part``) fits in it.
+MIN_FRAME_BYTES = 4096
 
 
 class GatewayErrorCode(enum.StrEnum):
@@ -127,6 +149,14 @@ class Limits:
     close_timeout: float = 5.0
     #: Bound on a client's opening handshake.
     handshake_timeout: float = 10.0
+    #: Open websockets from one peer address; one more is refused with HTTP 503.
+    max_connections_per_peer: int = 64
+    #: A connection with no call or metadata request in flight for this long
+    #: is closed (code 1001): idle clients must not hold slots forever.
+    idle_timeout: float = 300.0
+    #: Bytes of encoded chunks a connection may hold for its writer; a call
+    #: that finds the budget spent waits (backpressure up to its upstream).
+    max_pending_bytes: int = 4 << 20
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -137,6 +167,8 @@ class Limits:
             "max_connections",
             "call_burst",
             "outbound_frames",
+            "max_connections_per_peer",
+            "max_pending_bytes",
         ):
             _positive(name, getattr(self, name), integer=True)
         for name in (
@@ -146,15 +178,21 @@ class Limits:
             "shutdown_grace",
             "close_timeout",
             "handshake_timeout",
+            "idle_timeout",
         ):
             _positive(name, getattr(self, name))
+        if self.max_frame_bytes < MIN_FRAME_BYTES:
+            raise ValueError(
+                f"max_frame_bytes must be at least {MIN_FRAME_BYTES}, got {self.max_frame_bytes!r}"
+            )
 
     @property
     def hard_frame_bytes(self) -> int:
         """The frame size beyond which the websocket layer closes the connection (1009)."""
         return self.max_frame_bytes * self.hard_frame_factor
 
-    def announce(self) -> HelloLimits:
+    def announce(self, server_frame_bytes: int | None = None) -> HelloLimits:
+        """The ``hello`` limits; ``server_frame_bytes``: this connection's cap on server frames."""
         return HelloLimits(
             max_frame_bytes=self.max_frame_bytes,
             max_calls_per_connection=self.max_calls_per_connection,
@@ -163,6 +201,12 @@ class Limits:
             calls_per_second=float(self.calls_per_second),
             call_burst=self.call_burst,
             heartbeat_interval=float(self.heartbeat_interval),
+            max_connections_per_peer=self.max_connections_per_peer,
+            idle_timeout=float(self.idle_timeout),
+            max_pending_bytes=self.max_pending_bytes,
+            server_frame_bytes=(
+                server_frame_bytes if server_frame_bytes is not None else self.max_frame_bytes
+            ),
         )
 
 
@@ -237,6 +281,12 @@ class HelloLimits(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     calls_per_second: float
     call_burst: int
     heartbeat_interval: float
+    # Later additions: optional, so that a client also reads older servers' hellos.
+    max_connections_per_peer: int | None = None
+    idle_timeout: float | None = None
+    max_pending_bytes: int | None = None
+    #: The largest frame the server sends on this connection (bytes).
+    server_frame_bytes: int | None = None
 
 
 class HelloFrame(_Frame, frozen=True, tag="hello"):
@@ -286,9 +336,60 @@ class RetryFrame(_Frame, frozen=True, tag="retry"):
     delay_ms: float
 
 
+class PartFrame(_Frame, frozen=True, tag="part"):
+    """A slice of a frame too large for the peer's frame limit (JSON: a slice of its text).
+
+    The slices of one frame arrive in order, each with the frame's ``id``;
+    the last has ``more`` false. Their concatenation is the frame.
+    """
+
+    data: str
+    id: str | None = None
+    more: bool = False
+
+
+class BinaryPartFrame(_Frame, frozen=True, tag="part"):
+    """`PartFrame` of the MessagePack encoding: ``data`` is a slice of the frame's bytes."""
+
+    data: bytes
+    id: str | None = None
+    more: bool = False
+
+
 ServerFrame = (
-    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+    HelloFrame
+    | ChunkFrame
+    | ChunksFrame
+    | ResultFrame
+    | ErrorFrame
+    | PongFrame
+    | RetryFrame
+    | PartFrame
+    | BinaryPartFrame
 )
+_JSON_SERVER = (
+    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+) | PartFrame
+_MSGPACK_SERVER = (
+    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+) | BinaryPartFrame
+
+
+# Encode-only twins of the chunk frames: the gateway encodes each chunk once,
+# as it arrives (its size is what the byte budget counts), and then writes
+# frames around those bytes. They encode exactly as `ChunkFrame` / `ChunksFrame`.
+
+
+class RawChunkFrame(_Frame, frozen=True, tag="chunk"):
+    id: str
+    chunk: msgspec.Raw
+    attempt: int | None = None
+
+
+class RawChunksFrame(_Frame, frozen=True, tag="chunks"):
+    id: str
+    chunks: tuple[msgspec.Raw, ...]
+    attempt: int | None = None
 
 
 @attrs.frozen
@@ -307,6 +408,9 @@ class _Peek(msgspec.Struct):
 
     type: Any = None
     id: Any = None
+
+
+_TOO_DEEP = f"the frame nests arrays/objects more than {MAX_NESTING} deep - at `$`"
 
 
 def _at_request(message: str) -> str:
@@ -334,21 +438,56 @@ class Codec:
         return data if self.binary else data.decode()
 
     def raw(self, value: Any) -> msgspec.Raw:
-        """Pre-encode a result value for `ResultFrame`."""
+        """Pre-encode a value (a result for `ResultFrame`, a chunk for `RawChunksFrame`)."""
         return msgspec.Raw(self._encode(value))
 
+    def frames_within(self, frame: Any, limit: int) -> list[str | bytes]:
+        """The websocket messages that carry ``frame`` with none above ``limit`` bytes.
+
+        One message when it fits; else `PartFrame` (JSON) / `BinaryPartFrame`
+        (MessagePack) messages whose data concatenates to the frame. ``limit``
+        must be at least `MIN_FRAME_BYTES`.
+        """
+        data = self._encode(frame)
+        if len(data) <= limit:
+            return [data if self.binary else data.decode()]
+        id = getattr(frame, "id", None)
+        id = id if isinstance(id, str) else None
+        # Room for the data: the limit less an empty part's envelope, with slack
+        # for the length header of a MessagePack bin.
+        room = limit - len(self._encode(PartFrame(data="", id=id, more=True))) - 8
+        if self.binary:
+            cuts = [data[i : i + room] for i in range(0, len(data), room)]
+            return [
+                self._encode(BinaryPartFrame(data=cut, id=id, more=n < len(cuts) - 1))
+                for n, cut in enumerate(cuts)
+            ]
+        return [
+            self._encode(PartFrame(data=cut, id=id, more=more)).decode()
+            for cut, more in _text_cuts(data.decode(), room)
+        ]
+
     def decode_client(self, data: str | bytes) -> ClientFrame:
-        """Decode a client frame. Raises `DecodeError` naming the problem (and its path)."""
+        """Decode a client frame. Raises `DecodeError` naming the problem (and its path).
+
+        A frame nested deeper than `MAX_NESTING` is refused before it is
+        decoded: the decoder recurses, and such a frame could exhaust the stack.
+        """
+        self._refuse_deep(data)
         try:
             return self._client.decode(self._bytes(data))  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
             raise DecodeError(self._describe(data, exc)) from None
+        except RecursionError:  # the check above makes this unreachable; never let it out
+            raise DecodeError(_TOO_DEEP) from None
 
     def peek_id(self, data: str | bytes) -> str | None:
         """The ``id`` of a frame that failed to decode, when it has a usable one."""
+        if self._too_deep(data):
+            return None
         try:
             found = self._peek.decode(self._bytes(data)).id
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError, RecursionError):
             return None
         return found if isinstance(found, str) and 0 < len(found) <= 256 else None
 
@@ -356,6 +495,8 @@ class Codec:
         """Decode a call's request. Raises `DecodeError` with a path under ``$.request``."""
         try:
             return self._request.decode(raw)  # type: ignore[no-any-return]
+        except RecursionError:
+            raise DecodeError(f"invalid request: {_TOO_DEEP}") from None
         except msgspec.ValidationError as exc:
             text = str(exc)
             if " - at `$" not in text:
@@ -365,11 +506,18 @@ class Codec:
             raise DecodeError(f"invalid request: {exc}") from None
 
     def decode_server(self, data: str | bytes) -> ServerFrame:
-        """Decode a server frame (client side). Raises `DecodeError`."""
+        """Decode a server frame (client side). Raises `DecodeError` (also when too deep).
+
+        No depth check before decoding: server frames batch many chunks (many
+        brackets), the check would cost a scan of every frame, and the
+        decoder's own `RecursionError` is caught instead.
+        """
         try:
             return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
             raise DecodeError(f"bad server frame: {exc}") from None
+        except RecursionError:
+            raise DecodeError("bad server frame: nested too deep to decode") from None
 
     def decode_value(self, raw: msgspec.Raw, type: Any) -> Any:
         """Decode a result value as ``type``. Raises `DecodeError`."""
@@ -380,6 +528,17 @@ class Codec:
             return dec.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"bad result value: {exc}") from None
+        except RecursionError:
+            raise DecodeError(f"bad result value: {_TOO_DEEP}") from None
+
+    def _too_deep(self, data: str | bytes) -> bool:
+        if self.binary:
+            return msgpack_too_deep(data.encode() if isinstance(data, str) else data)
+        return json_too_deep(data)
+
+    def _refuse_deep(self, data: str | bytes) -> None:
+        if self._too_deep(data):
+            raise DecodeError(_TOO_DEEP)
 
     def _bytes(self, data: str | bytes) -> bytes | str:
         # msgspec's JSON decoder takes str as is; MessagePack needs bytes.
@@ -412,7 +571,7 @@ def _make_codec(subprotocol: str, module: Any) -> Codec:
         encode=module.Encoder().encode,
         decoder_of=module.Decoder,
         client=module.Decoder(ClientFrame),
-        server=module.Decoder(ServerFrame),
+        server=module.Decoder(_JSON_SERVER if module is msgspec.json else _MSGPACK_SERVER),
         request=module.Decoder(GenerateOptions),
         peek=module.Decoder(_Peek),
     )
@@ -435,6 +594,68 @@ def codec_for(offered: Sequence[str]) -> Codec | None:
         if codec is not None:
             return codec
     return None
+
+
+def _escaped_size(text: str) -> int:
+    # A slice of JSON text holds no raw control characters (msgspec escapes
+    # them), so inside a JSON string only quotes and backslashes grow.
+    return len(text.encode(errors="surrogatepass")) + text.count('"') + text.count("\\")
+
+
+def _text_cuts(text: str, room: int) -> list[tuple[str, bool]]:
+    """``text`` in consecutive slices, each at most ``room`` bytes once JSON-escaped."""
+    cuts: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(text):
+        n = room
+        while True:
+            size = _escaped_size(text[i : i + n])
+            if size <= room:
+                break
+            # Shrink in proportion (at least by one): converges in a step or two.
+            n = max(1, min(n - 1, n * room // size))
+        cuts.append((text[i : i + n], i + n < len(text)))
+        i += n
+    return cuts
+
+
+#: The deltas whose text may be cut: pieces concatenate to the original.
+_Delta = TextDelta | ReasoningDelta | ToolCallDelta
+
+
+def split_delta(
+    chunk: _Delta, size_of: Callable[[StreamChunk], int], room: int
+) -> list[StreamChunk]:
+    """``chunk`` as consecutive deltas of the same block, each of ``size_of`` <= ``room``.
+
+    Texts (``arguments_delta`` for tool calls) concatenate to the original;
+    a tool call's ``id`` and ``name`` stay on the first piece. A piece that
+    cannot shrink further (one character) is returned as it is.
+    """
+    text = chunk.arguments_delta if isinstance(chunk, ToolCallDelta) else chunk.text
+    size = size_of(chunk)
+    if size <= room or len(text) < 2:
+        return [chunk]
+    count = min(len(text), -(-size // max(1, room * 9 // 10)))
+    step = -(-len(text) // count)
+    pieces: list[StreamChunk] = []
+    for n, start in enumerate(range(0, len(text), step)):
+        piece = text[start : start + step]
+        part: _Delta
+        if isinstance(chunk, ToolCallDelta):
+            first = n == 0
+            part = ToolCallDelta(
+                index=chunk.index,
+                id=chunk.id if first else None,
+                name=chunk.name if first else None,
+                arguments_delta=piece,
+            )
+        elif isinstance(chunk, TextDelta):
+            part = TextDelta(index=chunk.index, text=piece)
+        else:
+            part = ReasoningDelta(index=chunk.index, text=piece)
+        pieces += split_delta(part, size_of, room)
+    return pieces
 
 
 # ---- rate limit and auth ---------------------------------------------------------------------

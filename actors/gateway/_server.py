@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import Sequence
 from functools import partial
 from importlib import resources
@@ -45,12 +46,22 @@ from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._counters import RefusalCause
 from ._front import FrontDoor, ReplayStream, serve_stream
 from ._metrics import GatewayMetrics
-from ._protocol import Limits, bearer_from_headers, codec_for, split_subprotocols, token_matches
+from ._origin import OriginPolicy, Refusal
+from ._protocol import (
+    FRAME_BYTES_HEADER,
+    MIN_FRAME_BYTES,
+    Limits,
+    bearer_from_headers,
+    codec_for,
+    split_subprotocols,
+    token_matches,
+)
 
 __all__ = ["serve_gateway", "GatewayServer", "PLAYGROUND"]
 
 log = logging.getLogger("llmrt.gateway")
 
+_DIGITS = re.compile(r"[0-9]{1,15}")
 #: Slack on top of grace + close_timeout before the shutdown cancels what is left.
 _SHUTDOWN_SLACK = 1.0
 #: The playground page served at ``GET /``: package data of `llmrt.actors.gateway`.
@@ -108,6 +119,11 @@ class GatewayServer:
         return len(self._state.connections)
 
     @property
+    def refusals(self) -> dict[str, int]:
+        """Handshakes refused before the upgrade, by cause (``origin``, ``host``, ``per_peer``)."""
+        return dict(self._state.refusals)
+
+    @property
     def live_requests(self) -> int:
         """Live calls and metadata requests over all connections."""
         return self._state.live
@@ -154,23 +170,62 @@ async def _reject(request: WebSocketRequest, status: int, body: str) -> None:
     await request.reject(status, extra_headers=headers, body=body.encode())
 
 
-async def _handle(state: GatewayState, request: WebSocketRequest) -> WebSocketConnection | None:
+def _handshake_host(request: WebSocketRequest) -> str | None:
+    # wsproto keeps ``Host`` out of the request's headers (it is a field of
+    # the handshake event), and trio-websocket exposes no accessor for it.
+    host = getattr(getattr(request, "_event", None), "host", None)
+    return host if isinstance(host, str) else None
+
+
+def _header(request: WebSocketRequest, name: bytes) -> str | None:
+    for key, value in request.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _refuse(
+    state: GatewayState, request: WebSocketRequest, refusal: Refusal, peer: str
+) -> None:
+    """Refuse a handshake with 403 (503 for per-peer), count it, log it at a bounded rate."""
+    state.refused(refusal.cause)
+    per_peer = refusal.cause == "per_peer"
+    state.counters.refused(RefusalCause.LIMITS if per_peer else RefusalCause.ORIGIN)
+    log_it, muted = state.refusal_log.allow(peer, trio.current_time())
+    if log_it:
+        # Only the cause and the refused value: never headers (a token may be among them).
+        more = f" ({muted} more refused since the last line)" if muted else ""
+        log.warning("refused a handshake from %s: %s%s", peer, refusal.message, more)
+    await _reject(request, 503 if refusal.cause == "per_peer" else 403, refusal.message)
+
+
+async def _handle(
+    state: GatewayState, request: WebSocketRequest, peer: str
+) -> WebSocketConnection | None:
     """One websocket. Its failures end it alone, never the gateway.
 
     Returns the websocket when it was accepted (for the caller to close).
     """
     accepted: list[WebSocketConnection] = []
     try:
-        await _serve_one(state, request, accepted)
+        await _serve_one(state, request, accepted, peer)
     except ConnectionClosed:
         pass  # the client left during the handshake
-    except Exception:
-        log.exception("a gateway connection failed")
+    except Exception as exc:
+        # A failure that clients can trigger at will must not flood the log:
+        # one traceback per kind of failure per minute.
+        log_it, muted = state.failure_log.allow(type(exc).__name__, trio.current_time())
+        if log_it:
+            more = f" ({muted} more since the last one)" if muted else ""
+            log.exception("a gateway connection failed%s", more)
     return accepted[0] if accepted else None
 
 
 async def _serve_one(
-    state: GatewayState, request: WebSocketRequest, accepted: list[WebSocketConnection]
+    state: GatewayState,
+    request: WebSocketRequest,
+    accepted: list[WebSocketConnection],
+    peer: str,
 ) -> None:
     """Admission, auth and subprotocol checks, then the websocket's `Connection`."""
     limits = state.limits
@@ -179,11 +234,23 @@ async def _serve_one(
         counters.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
         return
+    refusal = state.policy.check(_header(request, b"origin"), _handshake_host(request))
+    if refusal is not None:
+        await _refuse(state, request, refusal, peer)
+        return
+    if state.per_peer.get(peer, 0) >= limits.max_connections_per_peer:
+        message = (
+            f"this address has {limits.max_connections_per_peer} connections open "
+            "(maxConnectionsPerPeer)"
+        )
+        await _refuse(state, request, Refusal("per_peer", message), peer)
+        return
     if state.admitted >= limits.max_connections:
         counters.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
+    state.per_peer[peer] = state.per_peer.get(peer, 0) + 1
     try:
         offered_token, offered = split_subprotocols(request.proposed_subprotocols)
         if state.token is not None:
@@ -198,17 +265,32 @@ async def _serve_one(
             counters.refused(RefusalCause.SUBPROTOCOL)
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
+        frame_limit = limits.max_frame_bytes
+        announced = _header(request, FRAME_BYTES_HEADER.encode())
+        if announced is not None:
+            digits = announced.strip()
+            # ASCII digits only, and few of them: int() refuses long or exotic ones.
+            wanted = int(digits) if _DIGITS.fullmatch(digits) else 0
+            if wanted < MIN_FRAME_BYTES:
+                await _reject(
+                    request, 400, f"{FRAME_BYTES_HEADER} must be an integer >= {MIN_FRAME_BYTES}"
+                )
+                return
+            frame_limit = min(frame_limit, wanted)
         # The bearer subprotocol is never echoed: the answer names the encoding.
         ws = await request.accept(subprotocol=codec.subprotocol if offered else None)
         accepted.append(ws)
         counters.accepted += 1
-        conn = Connection(state, ws, codec)
+        conn = Connection(state, ws, codec, frame_limit=frame_limit)
         await conn.run()
         if conn.close_code == HEARTBEAT_CLOSE:
             with trio.move_on_after(limits.close_timeout):
                 await ws.aclose(HEARTBEAT_CLOSE, "heartbeat timeout")
     finally:
         state.admitted -= 1
+        left = state.per_peer.pop(peer) - 1
+        if left:
+            state.per_peer[peer] = left
 
 
 async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float) -> None:
@@ -227,7 +309,7 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
             if handshake.cancelled_caught:
                 state.counters.refused(RefusalCause.TIMEOUT)
             else:
-                ws = await _handle(state, request)
+                ws = await _handle(state, request, stream.peer_address)
                 if ws is not None:
                     with trio.move_on_after(limits.close_timeout):
                         await ws.aclose()
@@ -250,6 +332,7 @@ async def serve_gateway(
     token: str | None = None,
     limits: Limits | None = None,
     listeners: Sequence[trio.SocketListener] | None = None,
+    allow_origin: Sequence[str] = (),
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -270,10 +353,13 @@ async def serve_gateway(
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
+    ``allow_origin``: browser origins (``scheme://host[:port]``, or ``*``
+    with a token) allowed besides the gateway's own; see ``_origin``.
 
-    Raises `ValueError` before binding when the address is not a loopback
-    address and no token is given, or when ``token`` is empty or holds
-    whitespace; `OSError` when binding fails.
+    Raises `ValueError` before binding when ``host`` is not a loopback
+    address and no token is given, when ``token`` is empty or holds
+    whitespace, or when an ``allow_origin`` entry is not an origin (or is
+    ``*`` without a token); `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
     if token is not None and (not token or any(c.isspace() for c in token)):
@@ -290,11 +376,13 @@ async def serve_gateway(
             f"refusing to serve on the non-loopback host {host!r} without a token: "
             "pass token=... (clients then authenticate with a bearer token)"
         )
+    policy = OriginPolicy.build(allow_origin, loopback=_is_loopback(host), token=token is not None)
     state = GatewayState(
         runtime=runtime,
         limits=limits,
         version=llmrt.__version__,
         token=token.encode() if token is not None else None,
+        policy=policy,
     )
     metrics = GatewayMetrics(state)
     front = FrontDoor(
