@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import pathlib
+import queue
 import re
 import shutil
 import signal
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import trio
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -39,6 +42,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import llmrt.actors.gateway
+from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
 
 CLI = [sys.executable, "-m", "llmrt.actors._cli"]
 PAGE_DIR = pathlib.Path(llmrt.actors.gateway.__file__).parent / "playground"
@@ -65,11 +69,11 @@ def _executable(*names: str) -> str:
 
 
 class Gateway:
-    """One ``llmrt serve`` process on loopback; `restart` brings it back on the same port."""
+    """One ``llmrt serve`` process on loopback; `start` again brings it back on the same port."""
 
-    def __init__(self, tmp: pathlib.Path, *, token: str | None = None) -> None:
+    def __init__(self, tmp: pathlib.Path, *, token: str | None = None, config: str = "") -> None:
         self.config = tmp / "llmrt.toml"
-        self.config.write_text(CONFIG)
+        self.config.write_text(CONFIG + config)
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         self.env.pop("LLMRT_GATEWAY_TOKEN", None)
         self.env.pop("LLMRT_CONFIG", None)
@@ -119,8 +123,15 @@ class Gateway:
 
 
 @contextlib.contextmanager
-def running(tmp: pathlib.Path, *, token: str | None = None) -> Iterator[Gateway]:
-    gateway = Gateway(tmp, token=token)
+def running(
+    tmp: pathlib.Path,
+    *,
+    token: str | None = None,
+    config: str = "",
+    env: dict[str, str] | None = None,
+) -> Iterator[Gateway]:
+    gateway = Gateway(tmp, token=token, config=config)
+    gateway.env.update(env or {})
     gateway.start()
     try:
         yield gateway
@@ -154,6 +165,30 @@ def static_server() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def anthropic_upstream() -> Iterator[Upstream]:
+    """A local Anthropic Messages upstream (thinking with a signature, then text), in a thread."""
+    script = SSEScript(
+        events=anthropic_events(["Replayed ", "answer."], thinking_chunks=["Thinking."])
+    )
+    started: queue.Queue[tuple[Upstream, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                upstream = await nursery.start(functools.partial(serve_upstream, script))
+                started.put((upstream, trio.lowlevel.current_trio_token(), scope))
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    upstream, token, scope = started.get(timeout=WAIT)
+    try:
+        yield upstream
+    finally:
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        thread.join(WAIT)
 
 
 # ---- the browser -----------------------------------------------------------------------------
@@ -331,7 +366,10 @@ def test_streams_reasoning_text_and_usage(gateway: Gateway, page: Page) -> None:
     assert page.text("usage") == "usage: input 4, output 39, reasoning 24"
     assert re.fullmatch(r"first chunk \d+(\.\d)? ms", page.text("first-chunk"))
     assert re.fullmatch(r"total \d+(\.\d)? ms", page.text("total-time"))
-    assert page.js("return window.__lengths.size;") > 5
+    # At 60 tokens per second the text arrives over several frames, even when
+    # a loaded gateway batches some chunks into one ``chunks`` frame.
+    lengths = page.js("return [...window.__lengths];")
+    assert len(lengths) >= 3, lengths
     assert page.text("error") == "" and page.text("abort-latency") == ""
     (call,) = page.sent("call")
     request = call["request"]
@@ -509,3 +547,47 @@ def test_the_page_is_one_small_offline_file(gateway: Gateway) -> None:
     assert b"default-src 'none'" in headers["Content-Security-Policy"].encode()
     # No inline event handler attributes (the policy would not run them).
     assert re.search(rb"\son[a-z]+\s*=", body) is None
+
+
+def test_a_refused_call_shows_its_code_and_message(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.fill("max-tokens", "0")  # the gateway, not the page, judges the request
+    page.send("too small")
+    error = page.wait_text("error", "INVALID_REQUEST")
+    assert error.startswith("INVALID_REQUEST: invalid request: ") and "$.request.maxTokens" in error
+    assert page.text("finish") == "error INVALID_REQUEST"
+    assert page.text("call-state") == "error"
+    assert not page.el("abort").is_enabled()
+    assert_no_console_errors(page)
+
+
+def test_continuing_sends_the_replay_state_back(tmp_path: pathlib.Path, page: Page) -> None:
+    with anthropic_upstream() as upstream:
+        route = (
+            '[[provider]]\nroute = "claude"\nadapter = "anthropic"\n'
+            f'base_url = "{upstream.base_url}"\napi_key_env = "PLAYGROUND_UPSTREAM_KEY"\n'
+        )
+        env = {"PLAYGROUND_UPSTREAM_KEY": "sk-playground-test"}
+        with running(tmp_path, config=route, env=env) as gw:
+            page.open(page_url(gw))
+            page.wait_open()
+            page.choose("provider", "claude")
+            page.wait(lambda: page.el("send").is_enabled(), message="no claude model")
+            page.send("first")
+            page.wait_text("finish", "finish: stop")
+            assert page.text("output") == "Replayed answer."
+            assert page.text("reasoning") == "Thinking."
+            page.el("continue").click()
+            page.send("second")
+            page.wait(lambda: len(page.sent("call")) == 2)
+            page.wait_text("call-state", "stop")
+            assistant = page.sent("call")[1]["request"]["messages"][1]
+            source = assistant["source"]
+            assert source["kind"] == "model" and source["provider"] == "claude"
+            # The adapter's replay state (the thinking signature among it), sent back as is.
+            assert "c2lnbmF0dXJl" in json.dumps(source["replayState"])
+            assert [b["type"] for b in assistant["content"]] == ["reasoning", "text"]
+            assert_no_console_errors(page)
+        # The upstream saw the replayed thinking block, signature included.
+        assert b"c2lnbmF0dXJl" in upstream.requests[-1].body
