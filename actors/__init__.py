@@ -12,18 +12,24 @@ from ._runtime import LlmRuntime as LlmRuntime
 from ._runtime import PreparedCall as PreparedCall
 from ._runtime import open_runtime as open_runtime
 from ._runtime import retry_policy_of as retry_policy_of
+from ._stats import ConnectionPool as ConnectionPool
+from ._stats import HistogramSnapshot as HistogramSnapshot
+from ._stats import ProviderStatistics as ProviderStatistics
 from ._stats import RuntimeStatistics as RuntimeStatistics
 
 __all__ = [
     "AbortController",
     "AbortSignal",
     "Call",
+    "ConnectionPool",
     "DirectoryHandle",
     "DiscoveryHandle",
+    "HistogramSnapshot",
     "LlmRuntime",
     "Middleware",
     "Next",
     "PreparedCall",
+    "ProviderStatistics",
     "RegistrationHandle",
     "RuntimeStatistics",
     "open_runtime",

@@ -170,8 +170,8 @@ class Call:
     _entered: bool = attrs.field(default=False, init=False)
     #: The statistics series this call counts into (set when it starts).
     _series: CallSeries | None = attrs.field(default=None, init=False)
-    #: trio time of the abort that stopped this call (0.0: none).
-    _aborted_at: float = attrs.field(default=0.0, init=False)
+    #: trio time of the abort that stopped this call (None: none did).
+    _aborted_at: float | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
@@ -377,7 +377,7 @@ class Call:
                 await box.put(item)
             if type(item) is Finish:
                 delivered = item
-                if item is self._cause and self._aborted_at:
+                if item is self._cause and self._aborted_at is not None:
                     core.stats.abort_to_finish.observe(trio.current_time() - self._aborted_at)
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell

@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from importlib import resources
 from typing import Any
 
 import h11
@@ -24,14 +25,18 @@ import llmrt
 from llmrt import LlmError
 from llmrt.actors.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._counters import GatewayCounters, RefusalCause, payload_bytes
 from llmrt.actors.gateway._front import (
     MAX_HEAD_BYTES,
     FrontDoor,
+    ReplayStream,
     content_security_policy,
+    handshake_problem,
     is_upgrade,
 )
 from llmrt.actors.gateway._protocol import JSON, ListProvidersFrame
+from llmrt.actors.gateway._server import _websocket
 from llmrt.adapters.demo import DemoAdapter
 
 LIMITS = Limits(shutdown_grace=0.2, close_timeout=2.0)
@@ -117,7 +122,11 @@ async def test_each_route_answers_with_its_status_and_content_type() -> None:
             assert page.headers["x-content-type-options"] == "nosniff"
             assert page.headers["cache-control"] == "no-cache"
             assert page.headers["content-security-policy"].startswith("default-src 'none'")
-            assert b"<html" in page.body
+            shipped = resources.files("llmrt.actors.gateway").joinpath("playground", "index.html")
+            assert page.body == shipped.read_bytes()  # the package data file, as installed
+            assert page.headers["content-security-policy"] == (
+                content_security_policy(page.body).decode()
+            )
 
             health = await request(server, "/healthz")
             assert (health.status, health.body) == (200, b"ok\n")
@@ -188,6 +197,61 @@ async def test_a_malformed_or_oversized_head_is_refused_and_counted() -> None:
             assert server._state.counters.refusals[RefusalCause.MALFORMED] == 2
             text = server.metrics_text().decode()
             assert 'llmrt_gateway_refused_total{cause="malformed"} 2.0' in text
+
+
+async def test_a_broken_websocket_handshake_is_refused_at_once_and_counted() -> None:
+    async with llmrt.open_runtime() as rt:
+        async with gateway(rt) as server:
+            head = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            with trio.fail_after(5):  # not the 10 s handshake timeout
+                no_key = parse(await exchange(server, head + b"Sec-WebSocket-Version: 13\r\n\r\n"))
+                old = parse(await exchange(server, head + b"Sec-WebSocket-Version: 8\r\n\r\n"))
+            assert no_key.status == 400 and b"Sec-WebSocket-Key" in no_key.body
+            assert old.status == 426 and old.headers["sec-websocket-version"] == "13"
+            assert server._state.counters.refusals[RefusalCause.MALFORMED] == 2
+
+
+async def test_a_websocket_handshake_that_never_completes_times_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with llmrt.open_runtime() as rt:
+        state = GatewayState(runtime=rt, limits=Limits(), version="x", token=None)
+        ours, theirs = trio.socket.socketpair()
+        stream = trio.SocketStream(ours)
+        async with trio.SocketStream(theirs) as peer:
+            start = trio.current_time()
+            # The head so far: wsproto waits for the rest until the deadline.
+            await _websocket(state, ReplayStream(stream, b"GET / HTTP/1.1\r\n"), start + 5.0)
+            assert trio.current_time() - start == pytest.approx(5.0)
+            assert await peer.receive_some() == b""  # closed
+        assert state.counters.refusals[RefusalCause.TIMEOUT] == 1
+
+
+def test_handshake_problems_are_the_ones_wsproto_refuses() -> None:
+    good = [
+        (b"Host", b"x"),
+        (b"Upgrade", b"websocket"),
+        (b"Connection", b"keep-alive, Upgrade"),
+        (b"Sec-WebSocket-Key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+        (b"Sec-WebSocket-Version", b"13"),
+    ]
+
+    def problem(method: str = "GET", drop: bytes = b"", **replace: bytes) -> int | None:
+        headers = [
+            (name, replace.get(name.decode().replace("-", "_").lower(), value))
+            for name, value in good
+            if name.lower() != drop
+        ]
+        answer = handshake_problem(h11.Request(method=method, target="/", headers=headers))
+        return None if answer is None else answer.status
+
+    assert problem() is None
+    assert problem("POST") == 400
+    assert problem(drop=b"connection") == 400
+    assert problem(drop=b"sec-websocket-key") == 400
+    assert problem(drop=b"sec-websocket-version") == 400
+    assert problem(sec_websocket_version=b"8") == 426
+    assert problem(upgrade=b"h2c, websocket") == 400
 
 
 async def test_an_incomplete_head_is_closed_at_the_handshake_timeout(

@@ -247,3 +247,18 @@ async def test_upstream_connection_pools_are_read_at_scrape_time() -> None:
         # Aborted mid-body: the connection is closed, not pooled.
         pools = rt.statistics().connection_pools
         assert (pools["up"].open, pools["up"].idle) == (0, 0)
+
+
+async def test_abort_to_finish_counts_an_abort_at_time_zero(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(script))
+        assert trio.current_time() == 0.0
+        async with rt.stream(opts("stall")) as call:
+            call.abort()  # before the call task ran: no adapter work at all
+            assert [type(c).__name__ async for c in call] == ["Finish"]
+        snap = rt.statistics().abort_to_finish
+        assert snap.count == 1 and snap.sum == 0.0
+        # A call aborted before its adapter started has no duration to report.
+        assert rt.statistics().call_duration["p", "stall"].count == 0

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 
+import msgspec
 import trio
 from trio_websocket import open_websocket_url
 
 import llmrt
+from llmrt.actors._stats import ConnectionPool, StatsCounters
 from llmrt.actors.client import open_gateway_client
 from llmrt.actors.gateway import serve_gateway
-from llmrt.actors.gateway._snapshot import statistics_value
+from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
@@ -67,3 +70,20 @@ async def test_stats_frame_needs_an_id() -> None:
         assert reply["type"] == "error" and reply["code"] == "BAD_FRAME"
         assert "missing required field `id`" in reply["message"]
         nursery.cancel_scope.cancel()
+
+
+def test_the_statistics_value_round_trips_in_both_encodings() -> None:
+    counters = StatsCounters()
+    counters.attempts[2] += 1
+    counters.retries["RATE_LIMIT"] += 1
+    series = counters.series("p", "m", routed=True)
+    series.counters.finished["error", "TIMEOUT"] += 1
+    series.first_chunk.observe(0.3)
+    counters.abort_to_finish.observe(0.00002)
+    value = statistics_value(counters.snapshot(1, {"p": ConnectionPool(open=3, idle=1)}))
+    assert value.attempts_per_call == {2: 1}
+    assert value.abort_to_finish is not None and value.abort_to_finish.counts[1] == 1
+    assert math.inf not in value.time_to_first_chunk[0].histogram.bounds
+    assert [(p.provider, p.open, p.idle) for p in value.connection_pools] == [("p", 3, 1)]
+    for codec in (msgspec.json, msgspec.msgpack):
+        assert codec.Decoder(StatisticsValue).decode(codec.encode(value)) == value

@@ -94,6 +94,11 @@ _SHUTDOWN = CloseRequest(SHUTDOWN_CLOSE, "the gateway is shutting down")
 IDLE_CLOSE_REASON = "idle timeout: no call in flight"
 
 
+#: The origin policy's refusal causes, and how the front door's counters name them.
+_POLICY_CAUSES = frozenset({"origin", "host", "per_peer"})
+_COUNTED_AS = {"host": "origin", "per_peer": "limits"}
+
+
 @attrs.define(eq=False)
 class GatewayState:
     """What the connections of one gateway share. Only trio tasks of one run touch it."""
@@ -136,6 +141,17 @@ class GatewayState:
         """
         return not self.draining and not self.stopping.is_set()
 
+    def refused(self, cause: str) -> None:
+        """Count a refused handshake or request.
+
+        ``cause`` is a `RefusalCause` value, or one of the origin policy's
+        causes (``origin``, ``host``, ``per_peer``), which `refusals` keeps
+        apart and the front door's counters count as ``origin`` / ``limits``.
+        """
+        if cause in _POLICY_CAUSES:
+            self.refusals[cause] = self.refusals.get(cause, 0) + 1
+        self.counters.refused(_COUNTED_AS.get(cause, cause))
+
     def statistics(self) -> GatewayValue:
         """The gateway's own figures, for the ``stats`` frame."""
         counters = self.counters
@@ -151,10 +167,6 @@ class GatewayState:
             bytes_sent=counters.bytes_sent,
             http_requests=dict(counters.http_requests),
         )
-
-    def refused(self, cause: str) -> None:
-        """Count a handshake refused before the upgrade (``origin``, ``host``, ``per_peer``)."""
-        self.refusals[cause] = self.refusals.get(cause, 0) + 1
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)

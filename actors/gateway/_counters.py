@@ -17,8 +17,12 @@ __all__ = ["GatewayCounters", "RefusalCause", "payload_bytes"]
 class RefusalCause(enum.StrEnum):
     """Why the front door refused a request or a websocket handshake (a bounded label)."""
 
-    #: A browser ``Origin`` (or a loopback ``Host``) the gateway does not serve.
+    #: A browser ``Origin`` the gateway does not serve (403).
     ORIGIN = "origin"
+    #: A ``Host`` a loopback gateway does not answer to: DNS rebinding (403).
+    HOST = "host"
+    #: One address holds its most connections (503).
+    PER_PEER = "per_peer"
     #: A missing or wrong bearer token (401).
     AUTH = "auth"
     #: ``maxConnections`` websockets are open (503).
@@ -59,6 +63,6 @@ class GatewayCounters:
     bytes_sent: int = 0
     refusals: Counter[str] = attrs.field(factory=Counter)
 
-    def refused(self, cause: RefusalCause) -> None:
-        """Count one refused request or handshake."""
-        self.refusals[cause.value] += 1
+    def refused(self, cause: str) -> None:
+        """Count one refused request or handshake; ``cause`` is a `RefusalCause` value."""
+        self.refusals[str(cause)] += 1

@@ -58,6 +58,7 @@ __all__ = [
     "FrontDoor",
     "ReplayStream",
     "content_security_policy",
+    "handshake_problem",
     "is_upgrade",
     "read_request_head",
     "serve_stream",
@@ -94,6 +95,7 @@ _REASONS: Final = {
     400: b"Bad Request",
     404: b"Not Found",
     405: b"Method Not Allowed",
+    426: b"Upgrade Required",
     431: b"Request Header Fields Too Large",
     503: b"Service Unavailable",
 }
@@ -149,6 +151,40 @@ def is_upgrade(request: h11.Request) -> bool:
         ):
             return True
     return False
+
+
+def handshake_problem(request: h11.Request) -> Answer | None:
+    """Why an upgrade request is not a websocket handshake, as the answer to send; else None.
+
+    The checks wsproto makes when trio-websocket reads the handshake, made
+    here first: wsproto answers a failed one itself but trio-websocket then
+    waits out the handshake timeout, and the refusal would not be counted.
+    """
+    values: dict[bytes, list[bytes]] = {}
+    for name, value in request.headers:
+        values.setdefault(name, []).append(value)
+
+    def tokens(name: bytes) -> list[bytes]:
+        return [t.strip().lower() for v in values.get(name, ()) for t in v.split(b",")]
+
+    version = values.get(b"sec-websocket-version", [None])[-1]
+    if request.method != b"GET":
+        return _text(400, "a websocket handshake is a GET request\n")
+    if b"upgrade" not in tokens(b"connection"):
+        return _text(400, "a websocket handshake needs Connection: Upgrade\n")
+    if version != b"13":
+        return _text(
+            426 if version else 400,
+            "a websocket handshake needs Sec-WebSocket-Version: 13\n",
+            (b"Sec-WebSocket-Version", b"13"),
+        )
+    if b"sec-websocket-key" not in values:
+        return _text(400, "a websocket handshake needs Sec-WebSocket-Key\n")
+    if values.get(b"upgrade", [b""])[-1].lower() != b"websocket":
+        return _text(400, "a websocket handshake needs Upgrade: websocket\n")
+    if b"host" not in values:
+        return _text(400, "a websocket handshake needs Host\n")
+    return None
 
 
 @attrs.define(eq=False)
@@ -210,7 +246,9 @@ class ReplayStream(trio.abc.Stream):
     """A socket stream that first returns ``prefix`` (bytes already read from it).
 
     Adds nothing per frame: sending is the socket stream's own method, and
-    so is receiving once the prefix is consumed.
+    so is receiving once the prefix is consumed. trio-websocket cannot tell
+    the peer's address through it (its ``request.remote`` is a string):
+    `peer` is that address.
     """
 
     def __init__(self, inner: trio.SocketStream, prefix: bytes) -> None:
@@ -219,14 +257,6 @@ class ReplayStream(trio.abc.Stream):
         # Instance attributes shadow the methods below: no extra call layer.
         self.send_all = inner.send_all  # type: ignore[method-assign]
         self.wait_send_all_might_not_block = inner.wait_send_all_might_not_block  # type: ignore[method-assign]
-
-    @property
-    def peer_address(self) -> str:
-        """The peer's address without its port (what per-peer limits count)."""
-        try:
-            return str(self._inner.socket.getpeername()[0])
-        except OSError:
-            return "?"
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if not self._prefix:
@@ -248,12 +278,16 @@ class ReplayStream(trio.abc.Stream):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def __repr__(self) -> str:
+    @property
+    def peer(self) -> str:
+        """The client's IP address (``"?"`` once the socket is closed)."""
         try:
-            peer = self._inner.socket.getpeername()
+            return str(self._inner.socket.getpeername()[0])
         except OSError:
-            peer = "?"
-        return f"<websocket stream from {peer}>"
+            return "?"
+
+    def __repr__(self) -> str:
+        return f"<websocket stream from {self.peer}>"
 
 
 class _Closed(Exception):
@@ -344,11 +378,15 @@ async def serve_stream(
                 status = exc.error_status_hint if exc.error_status_hint in _REASONS else 400
                 answer = _text(status, "malformed request head\n")
             else:
+                head_only = request.method == b"HEAD"
                 if is_upgrade(request):
-                    handed_over = True
+                    answer = handshake_problem(request)
+                    if answer is None:
+                        handed_over = True
+                    else:
+                        front.counters.refused(RefusalCause.MALFORMED)
                 else:
                     answer = await front.answer(request.method, request.target)
-                    head_only = request.method == b"HEAD"
             if answer is not None:
                 await stream.send_all(_encode(conn, answer, head_only))
                 answered = True

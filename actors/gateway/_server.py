@@ -143,7 +143,7 @@ class GatewayServer:
 
     def refused(self, cause: RefusalCause) -> None:
         """Count a request refused by a check outside this module (e.g. ``origin``)."""
-        self._state.counters.refused(cause)
+        self._state.refused(cause)
 
     def metrics_text(self) -> bytes:
         """What ``GET /metrics`` would answer now (Prometheus text format)."""
@@ -189,8 +189,6 @@ async def _refuse(
 ) -> None:
     """Refuse a handshake with 403 (503 for per-peer), count it, log it at a bounded rate."""
     state.refused(refusal.cause)
-    per_peer = refusal.cause == "per_peer"
-    state.counters.refused(RefusalCause.LIMITS if per_peer else RefusalCause.ORIGIN)
     log_it, muted = state.refusal_log.allow(peer, trio.current_time())
     if log_it:
         # Only the cause and the refused value: never headers (a token may be among them).
@@ -202,7 +200,7 @@ async def _refuse(
 async def _handle(
     state: GatewayState, request: WebSocketRequest, peer: str
 ) -> WebSocketConnection | None:
-    """One websocket. Its failures end it alone, never the gateway.
+    """One websocket from address ``peer``. Its failures end it alone, never the gateway.
 
     Returns the websocket when it was accepted (for the caller to close).
     """
@@ -217,7 +215,7 @@ async def _handle(
         log_it, muted = state.failure_log.allow(type(exc).__name__, trio.current_time())
         if log_it:
             more = f" ({muted} more since the last one)" if muted else ""
-            log.exception("a gateway connection failed%s", more)
+            log.exception("a gateway connection failed (client %s)%s", peer, more)
     return accepted[0] if accepted else None
 
 
@@ -231,7 +229,7 @@ async def _serve_one(
     limits = state.limits
     counters = state.counters
     if state.stopping.is_set():
-        counters.refused(RefusalCause.SHUTDOWN)
+        state.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
         return
     refusal = state.policy.check(_header(request, b"origin"), _handshake_host(request))
@@ -246,7 +244,7 @@ async def _serve_one(
         await _refuse(state, request, Refusal("per_peer", message), peer)
         return
     if state.admitted >= limits.max_connections:
-        counters.refused(RefusalCause.LIMITS)
+        state.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
@@ -257,12 +255,12 @@ async def _serve_one(
             presented = bearer_from_headers(request.headers) or offered_token
             if not token_matches(state.token, presented):
                 # Neither the token nor how it failed is logged.
-                counters.refused(RefusalCause.AUTH)
+                state.refused(RefusalCause.AUTH)
                 await _reject(request, 401, "a valid bearer token is required")
                 return
         codec = codec_for(offered)
         if codec is None:
-            counters.refused(RefusalCause.SUBPROTOCOL)
+            state.refused(RefusalCause.SUBPROTOCOL)
             await _reject(request, 400, "supported subprotocols: llmrt.v1, llmrt.v1.msgpack")
             return
         frame_limit = limits.max_frame_bytes
@@ -307,9 +305,9 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
                     nursery, stream, max_message_size=limits.hard_frame_bytes
                 )
             if handshake.cancelled_caught:
-                state.counters.refused(RefusalCause.TIMEOUT)
+                state.refused(RefusalCause.TIMEOUT)
             else:
-                ws = await _handle(state, request, stream.peer_address)
+                ws = await _handle(state, request, stream.peer)
                 if ws is not None:
                     with trio.move_on_after(limits.close_timeout):
                         await ws.aclose()
