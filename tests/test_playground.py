@@ -1,0 +1,600 @@
+"""The browser playground, driven in a real headless Chromium against real ``llmrt serve``.
+
+The browser is the distribution's ``chromium``, driven through Selenium and the
+distribution's ``chromium-driver``: Debian builds the two from one source
+version, so they always match, and nothing is downloaded (Playwright's wheel
+expects its own browser build). Every wait is an explicit, bounded wait on a
+DOM condition; no test sleeps for a fixed time.
+
+Console errors: every scenario collects the browser's console and asserts that
+the page's scripts logged no error and threw nothing. A scenario that provokes
+a refused or failed connection (wrong token, gateway stopped, foreign origin)
+also gets the error lines Chromium itself writes for a failed network request
+(source ``network``); only those, and only for the expected URLs, are allowed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import pathlib
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import trio
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+import llmrt.actors.gateway
+from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
+
+CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+PAGE_DIR = pathlib.Path(llmrt.actors.gateway.__file__).parent / "playground"
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SCREENSHOT = REPO / "docs" / "playground.png"
+TOKEN = "tok_" + "Zx9" * 10
+#: A second demo route, paced slowly enough to act on a call mid-stream.
+CONFIG = '[[provider]]\nroute = "slow-demo"\nadapter = "demo"\ntokens_per_second = 20\n'
+WAIT = 10.0
+
+
+def _executable(*names: str) -> str:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise RuntimeError(
+        f"none of {names} is installed: the browser tests need the distribution's "
+        "chromium and chromium-driver packages (.ci/run installs them)"
+    )
+
+
+# ---- the gateway, as a real process ------------------------------------------------------
+
+
+class Gateway:
+    """One ``llmrt serve`` process on loopback; `start` again brings it back on the same port."""
+
+    def __init__(self, tmp: pathlib.Path, *, token: str | None = None, config: str = "") -> None:
+        self.config = tmp / "llmrt.toml"
+        self.config.write_text(CONFIG + config)
+        self.env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        self.env.pop("LLMRT_GATEWAY_TOKEN", None)
+        self.env.pop("LLMRT_CONFIG", None)
+        self.env["PYTHONUNBUFFERED"] = "1"
+        if token is not None:
+            self.env["LLMRT_GATEWAY_TOKEN"] = token
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        argv = [*CLI, "serve", "--port", str(self.port), "--config", str(self.config)]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on ws://127\.0\.0\.1:(\d+)/", line)
+        assert match, (line, self.proc.stderr.read() if self.proc.stderr else "")
+        self.port = int(match.group(1))
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=WAIT) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+
+@contextlib.contextmanager
+def running(
+    tmp: pathlib.Path,
+    *,
+    token: str | None = None,
+    config: str = "",
+    env: dict[str, str] | None = None,
+) -> Iterator[Gateway]:
+    gateway = Gateway(tmp, token=token, config=config)
+    gateway.env.update(env or {})
+    gateway.start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    with running(tmp_path_factory.mktemp("gateway")) as gw:
+        yield gw
+
+
+# ---- a static server for the page (a foreign origin) ----------------------------------------
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def static_server() -> Iterator[str]:
+    """Serve the playground's files from another origin than any gateway's."""
+    handler = functools.partial(_Quiet, directory=str(PAGE_DIR))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def anthropic_upstream() -> Iterator[Upstream]:
+    """A local Anthropic Messages upstream (thinking with a signature, then text), in a thread."""
+    script = SSEScript(
+        events=anthropic_events(["Replayed ", "answer."], thinking_chunks=["Thinking."])
+    )
+    started: queue.Queue[tuple[Upstream, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                upstream = await nursery.start(functools.partial(serve_upstream, script))
+                started.put((upstream, trio.lowlevel.current_trio_token(), scope))
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    upstream, token, scope = started.get(timeout=WAIT)
+    try:
+        yield upstream
+    finally:
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        thread.join(WAIT)
+
+
+# ---- the browser -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = _executable("chromium", "chromium-browser")
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=_executable("chromedriver"))
+    drv = webdriver.Chrome(options=options, service=service)
+    drv.set_page_load_timeout(WAIT)
+    drv.set_script_timeout(WAIT)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+class Page:
+    """One fresh tab (fresh ``sessionStorage``) on the playground, with its console."""
+
+    def __init__(self, driver: WebDriver) -> None:
+        self.d = driver
+        self.console: list[dict[str, Any]] = []
+        self.opened = False
+
+    def open(self, url: str) -> None:
+        if not self.opened:  # one fresh tab per test; later pages replace the first
+            self.d.switch_to.new_window("tab")
+            self.opened = True
+        self.d.get(url)
+        # Record every frame the page sends: the protocol as the browser spoke it.
+        self.d.execute_script(
+            "window.__sent = [];"
+            "const send = WebSocket.prototype.send;"
+            "WebSocket.prototype.send = function (data) {"
+            "  window.__sent.push(JSON.parse(data)); return send.call(this, data); };"
+        )
+
+    def wait(self, what: Callable[[], Any], timeout: float = WAIT, message: str = "") -> Any:
+        return WebDriverWait(self.d, timeout, poll_frequency=0.02).until(
+            lambda _: what(), message=message
+        )
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.d.execute_script(script, *args)
+
+    def text(self, testid: str) -> str:
+        found = self.js(
+            "const el = document.querySelector(`[data-testid='${arguments[0]}']`);"
+            "return el === null ? null : el.textContent;",
+            testid,
+        )
+        return "" if found is None else str(found)
+
+    def el(self, testid: str) -> Any:
+        return self.d.find_element(By.CSS_SELECTOR, f"[data-testid='{testid}']")
+
+    def wait_text(self, testid: str, needle: str, timeout: float = WAIT) -> str:
+        self.wait(
+            lambda: needle in self.text(testid),
+            timeout,
+            f"{testid!r} never showed {needle!r} (it shows {self.text(testid)!r}; "
+            f"error: {self.text('error')!r})",
+        )
+        return self.text(testid)
+
+    def wait_open(self) -> None:
+        self.wait_text("status", "open")
+        # The provider list arrived and ``demo`` (the default choice) is selected.
+        self.wait(lambda: self.el("send").is_enabled(), message="send never enabled")
+
+    def choose(self, testid: str, value: str) -> None:
+        self.wait(
+            lambda: value in [o.get_attribute("value") for o in Select(self.el(testid)).options],
+            message=f"{testid} never offered {value!r}",
+        )
+        Select(self.el(testid)).select_by_value(value)
+
+    def fill(self, testid: str, value: str) -> None:
+        field = self.el(testid)
+        field.clear()
+        field.send_keys(value)
+
+    def send(self, prompt: str) -> None:
+        self.fill("prompt", prompt)
+        self.el("send").click()
+
+    def sent(self, type: str) -> list[dict[str, Any]]:
+        frames = self.js("return window.__sent;") or []
+        return [f for f in frames if f.get("type") == type]
+
+    def collect_console(self) -> list[dict[str, Any]]:
+        self.console += self.d.get_log("browser")
+        return self.console
+
+    def close(self) -> None:
+        if not self.opened:
+            return
+        # Leave the page first: its timers and sockets stop, so nothing it does
+        # later can reach the next test's console.
+        self.d.get("about:blank")
+        self.collect_console()
+        self.d.close()
+        self.d.switch_to.window(self.d.window_handles[0])
+
+
+def assert_no_console_errors(page: Page, allowed_network: tuple[str, ...] = ()) -> None:
+    """No error or warning from the page; failed requests only to the ``allowed`` URLs."""
+    bad = []
+    for entry in page.collect_console():
+        if entry["level"] not in ("SEVERE", "WARNING"):
+            continue
+        if entry.get("source") == "network" and any(u in entry["message"] for u in allowed_network):
+            continue
+        bad.append(entry)
+    assert bad == []
+
+
+@pytest.fixture
+def page(driver: WebDriver) -> Iterator[Page]:
+    driver.get_log("browser")  # drop what an earlier test left
+    p = Page(driver)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def in_flight(gateway: Gateway) -> float:
+    """The gateway's own count of calls in flight, from its metrics."""
+    status, _, body = gateway.get("metrics")
+    assert status == 200
+    text = body.decode()
+    values = re.findall(r"^llmrt_calls_in_flight(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE)
+    assert values, text
+    return sum(float(v) for v in values)
+
+
+def page_url(gateway: Gateway) -> str:
+    """The playground as the gateway serves it: on its own port, at ``/``."""
+    return gateway.http_url
+
+
+# ---- scenarios -------------------------------------------------------------------------------
+
+
+def test_streams_reasoning_text_and_usage(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    assert Select(page.el("provider")).first_selected_option.get_attribute("value") == "demo"
+    page.choose("model", "demo-1")
+    page.choose("effort", "high")  # the model's efforts, from resolve-model
+    page.fill("system", "Be brief")
+    page.fill("max-tokens", "200")
+    page.fill("temperature", "0.5")
+    # Count the distinct states the output goes through: it streams, not lands.
+    page.js(
+        "window.__lengths = new Set();"
+        "new MutationObserver(() => {"
+        "  const el = document.querySelector(\"[data-testid='output']\");"
+        "  if (el) window.__lengths.add(el.textContent.length);"
+        "}).observe(document.body, {subtree: true, childList: true, characterData: true});"
+    )
+    page.send("hello playground")
+    assert page.wait_text("finish", "finish: stop") == "finish: stop"
+    assert page.text("output").startswith('You said: "hello playground". This answer comes')
+    reasoning = page.text("reasoning")
+    assert reasoning.startswith("The user wrote 2 words.") and "No facts need checking" in reasoning
+    # Input counts the system prompt's words too (demo counts words as tokens).
+    assert page.text("usage") == "usage: input 4, output 39, reasoning 24"
+    assert re.fullmatch(r"first chunk \d+(\.\d)? ms", page.text("first-chunk"))
+    assert re.fullmatch(r"total \d+(\.\d)? ms", page.text("total-time"))
+    # At 60 tokens per second the text arrives over several frames, even when
+    # a loaded gateway batches some chunks into one ``chunks`` frame.
+    lengths = page.js("return [...window.__lengths];")
+    assert len(lengths) >= 3, lengths
+    assert page.text("error") == "" and page.text("abort-latency") == ""
+    (call,) = page.sent("call")
+    request = call["request"]
+    assert request["provider"] == "demo" and request["model"] == "demo-1"
+    assert request["system"] == "Be brief" and request["reasoningEffort"] == "high"
+    assert request["maxTokens"] == 200 and request["temperature"] == 0.5
+    assert request["messages"][0]["content"] == [{"type": "text", "text": "hello playground"}]
+    assert_no_console_errors(page)
+
+
+def test_abort_mid_stream(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    screenshot = os.environ.get("LLMRT_UPDATE_SCREENSHOT") == "1"
+    if screenshot:  # a finished call with a tool call above the one streaming
+        page.fill("system", "Answer in one sentence.")
+        page.el("tools-on").click()
+        page.send("What is the weather in Lisbon?")
+        page.wait_text("finish", "finish: tool-calls")
+    page.choose("provider", "slow-demo")
+    page.choose("model", "demo-1")
+    page.send("Tell me about trio, structured concurrency and llmrt")
+    page.wait(lambda: len(page.text("output")) > 30, message="no text streamed")
+    if screenshot:
+        SCREENSHOT.write_bytes(page.d.get_screenshot_as_png())
+    assert page.text("finish") == ""
+    assert page.text("call-state") == "streaming"
+    page.el("abort").click()
+    assert page.wait_text("finish", "finish: aborted") == "finish: aborted ABORTED"
+    latency = page.wait_text("abort-latency", "ms")
+    assert re.fullmatch(r"abort took \d+(\.\d)? ms", latency)
+    assert "This answer comes from llmrt's demo model, streamed token by token." not in (
+        page.text("output")
+    )
+    assert not page.el("abort").is_enabled()
+    assert page.sent("abort") == [{"type": "abort", "id": page.sent("call")[-1]["id"]}]
+    page.wait(lambda: in_flight(gateway) == 0, message="a call is still in flight")
+    assert_no_console_errors(page)
+
+
+def test_tool_call_is_rendered(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.el("tools-on").click()
+    page.send("weather in Paris")
+    assert page.wait_text("finish", "finish: tool-calls") == "finish: tool-calls"
+    tools = page.text("tool-calls")
+    assert tools.startswith("tool call get_weather (call_demo_1)")
+    # The arguments, pretty-printed.
+    assert tools.endswith('{\n  "input": "weather in Paris"\n}')
+    (call,) = page.sent("call")
+    assert call["request"]["tools"][0]["name"] == "get_weather"
+    assert_no_console_errors(page)
+
+
+def test_continues_a_conversation(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.send("first question")
+    page.wait_text("finish", "finish: stop")
+    first_text = page.text("output")
+    page.el("continue").click()
+    assert page.text("history") == "continuing: 2 messages of history"
+    page.send("second question")
+    page.wait(lambda: len(page.sent("call")) == 2)
+    page.wait_text("finish", "finish: stop")
+    assert page.text("output").startswith('You said: "second question".')
+    first, second = (f["request"]["messages"] for f in page.sent("call"))
+    assert len(first) == 1 and len(second) == 3
+    assert second[0] == first[0]
+    assistant = second[1]
+    assert assistant["role"] == "assistant"
+    assert assistant["source"] == {"kind": "model", "provider": "demo", "model": "demo-1"}
+    assert [b["type"] for b in assistant["content"]] == ["reasoning", "text"]
+    assert assistant["content"][1]["text"] == first_text
+    assert second[2]["content"] == [{"type": "text", "text": "second question"}]
+    # The demo counts every text block of the history as input.
+    assert page.text("usage").startswith(f"usage: input {2 + len(first_text.split()) + 2},")
+    page.el("new-chat").click()
+    assert page.text("history") == "new conversation"
+    assert_no_console_errors(page)
+
+
+def test_three_concurrent_calls(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.choose("provider", "slow-demo")
+    page.choose("model", "demo-1")
+    for prompt in ("one", "two", "three"):
+        page.send(prompt)
+    panels = "document.querySelectorAll('article.call')"
+    page.wait(
+        lambda: (
+            page.js(f"return [...{panels}].filter(a => a.dataset.state === 'streaming').length")
+            == 3
+        ),
+        message="the three calls never streamed at the same time",
+    )
+    page.wait(
+        lambda: page.js(f"return [...{panels}].every(a => a.dataset.state === 'stop')"),
+        timeout=15,
+        message="not every call finished",
+    )
+    outputs = page.js(f"return [...{panels}].map(a => a.querySelector('.output').textContent)")
+    assert [o.split(".")[0] for o in outputs] == [
+        'You said: "three"',
+        'You said: "two"',
+        'You said: "one"',
+    ]
+    assert len({f["id"] for f in page.sent("call")}) == 3
+    assert_no_console_errors(page)
+
+
+def test_token_wrong_then_right(tmp_path: pathlib.Path, page: Page) -> None:
+    with running(tmp_path, token=TOKEN) as gw:
+        page.open(page_url(gw))
+        # No token: refused, and said so.
+        assert page.wait_text("error", "AUTH: ").startswith("AUTH: ")
+        assert page.text("status").startswith("closed")
+        page.fill("token", "wrong-token")
+        page.el("reconnect").click()
+        page.wait_text("error", "the token is wrong")
+        assert page.text("status").startswith("closed")
+        page.fill("token", TOKEN)
+        page.el("reconnect").click()
+        page.wait_open()
+        assert page.text("error") == ""
+        page.send("with a token")
+        page.wait_text("finish", "finish: stop")
+        # The token is kept for this tab only, and never put in the URL.
+        assert page.js("return sessionStorage.getItem('llmrt.playground.token')") == TOKEN
+        assert page.js("return localStorage.length") == 0
+        assert TOKEN not in page.d.current_url
+        assert_no_console_errors(page, allowed_network=(gw.ws_url,))
+
+
+def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
+    with running(tmp_path) as gw:
+        page.open(page_url(gw))
+        page.wait_open()
+        gw.stop()
+        assert page.wait_text("status", "closed") == "closed 1001 the gateway is shutting down"
+        assert not page.el("send").is_enabled()
+        gw.start()  # the same port
+        page.wait_open()  # the page reconnected by itself
+        page.send("back again")
+        page.wait_text("finish", "finish: stop")
+        assert_no_console_errors(page, allowed_network=(gw.ws_url, gw.http_url))
+
+
+def test_a_foreign_origin_cannot_connect(gateway: Gateway, page: Page) -> None:
+    with static_server() as foreign:
+        page.open(f"{foreign}index.html?gateway={gateway.ws_url}")
+        page.wait_text("error", "HANDSHAKE_FAILED")
+        assert page.text("status").startswith("closed")
+        page.wait_text("status", "closed")
+        assert "open" not in page.text("status")
+        assert Select(page.el("provider")).options == []
+        assert not page.el("send").is_enabled()
+        assert_no_console_errors(page, allowed_network=(gateway.ws_url,))
+    # The same page, served by the gateway itself, connects.
+    page.open(page_url(gateway))
+    page.wait_open()
+
+
+def test_the_page_is_one_small_offline_file(gateway: Gateway) -> None:
+    status, headers, body = gateway.get("")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert body == (PAGE_DIR / "index.html").read_bytes()
+    assert len(body) < 40 * 1024
+    # Nothing is fetched from another host: no absolute URL, and the gateway's
+    # policy (default-src 'none', same origin only) would block one anyway.
+    assert re.search(rb"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", body) is None
+    assert b"default-src 'none'" in headers["Content-Security-Policy"].encode()
+    # No inline event handler attributes (the policy would not run them).
+    assert re.search(rb"\son[a-z]+\s*=", body) is None
+
+
+def test_a_refused_call_shows_its_code_and_message(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.fill("max-tokens", "0")  # the gateway, not the page, judges the request
+    page.send("too small")
+    error = page.wait_text("error", "INVALID_REQUEST")
+    assert error.startswith("INVALID_REQUEST: invalid request: ") and "$.request.maxTokens" in error
+    assert page.text("finish") == "error INVALID_REQUEST"
+    assert page.text("call-state") == "error"
+    assert not page.el("abort").is_enabled()
+    assert_no_console_errors(page)
+
+
+def test_continuing_sends_the_replay_state_back(tmp_path: pathlib.Path, page: Page) -> None:
+    with anthropic_upstream() as upstream:
+        route = (
+            '[[provider]]\nroute = "claude"\nadapter = "anthropic"\n'
+            f'base_url = "{upstream.base_url}"\napi_key_env = "PLAYGROUND_UPSTREAM_KEY"\n'
+        )
+        env = {"PLAYGROUND_UPSTREAM_KEY": "sk-playground-test"}
+        with running(tmp_path, config=route, env=env) as gw:
+            page.open(page_url(gw))
+            page.wait_open()
+            page.choose("provider", "claude")
+            page.wait(lambda: page.el("send").is_enabled(), message="no claude model")
+            page.send("first")
+            page.wait_text("finish", "finish: stop")
+            assert page.text("output") == "Replayed answer."
+            assert page.text("reasoning") == "Thinking."
+            page.el("continue").click()
+            page.send("second")
+            page.wait(lambda: len(page.sent("call")) == 2)
+            page.wait_text("call-state", "stop")
+            assistant = page.sent("call")[1]["request"]["messages"][1]
+            source = assistant["source"]
+            assert source["kind"] == "model" and source["provider"] == "claude"
+            # The adapter's replay state (the thinking signature among it), sent back as is.
+            assert "c2lnbmF0dXJl" in json.dumps(source["replayState"])
+            assert [b["type"] for b in assistant["content"]] == ["reasoning", "text"]
+            assert_no_console_errors(page)
+        # The upstream saw the replayed thinking block, signature included.
+        assert b"c2lnbmF0dXJl" in upstream.requests[-1].body
