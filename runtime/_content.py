@@ -31,6 +31,7 @@ __all__ = [
     "ReplayEnvelope",
     "Message",
     "Role",
+    "image_identity",
     "image_placeholder",
     "new_message_id",
     "user_message",
@@ -92,22 +93,30 @@ class ImageBlock(Wire, frozen=True, tag_field="type", tag="image"):
             raise ValueError("an image block needs a media type")
 
 
-def image_placeholder(image: ImageBlock) -> str:
-    """The text a route that takes no images gets instead of `image`.
+def image_identity(image: ImageBlock) -> str:
+    """What tells one image from another in model-facing text, deterministically.
 
-    Deterministic and distinct per image (its media type and a digest of its
-    data or URL), so the same history always projects to the same request and
-    a model can still tell two images apart. An attachment is named by its id
-    (the same stored image has one placeholder whatever version a route would
-    get) and its name when it has one.
+    An attachment: its media type, id and name (the same stored image has one
+    identity whatever version a route would get). Otherwise: the media type and
+    a digest of the data or URL.
     """
     ref = image.attachment
     if ref is not None:
         named = f", {ref.name!r}" if ref.name is not None else ""
-        return f"[image omitted: {ref.media_type}, {ref.attachment_id}{named}]"
+        return f"{ref.media_type}, {ref.attachment_id}{named}"
     source = image.data if image.data is not None else image.url or ""
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"[image omitted: {image.media_type}, sha256 {digest}]"
+    return f"{image.media_type}, sha256 {digest}"
+
+
+def image_placeholder(image: ImageBlock) -> str:
+    """The text a route that takes no images gets instead of `image`.
+
+    Deterministic and distinct per image (`image_identity`), so the same
+    history always projects to the same request and a model can still tell
+    two images apart.
+    """
+    return f"[image omitted: {image_identity(image)}]"
 
 
 class ToolCallBlock(Wire, frozen=True, tag_field="type", tag="tool-call"):

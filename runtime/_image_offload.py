@@ -21,7 +21,7 @@ from ._content import (
     Message,
     TextBlock,
     ToolResultBlock,
-    image_placeholder,
+    image_identity,
 )
 from ._request import GenerateOptions
 from ._wire import Wire
@@ -154,7 +154,7 @@ def offloaded_image_placeholder(
     Deterministic per image (an attachment by its id and name, inline data by a
     digest, a URL by itself), so the same history always yields the same request.
     """
-    identity = image_placeholder(image).removeprefix("[image omitted: ").removesuffix("]")
+    identity = image_identity(image)
     where = f"; a read-only copy is at {access.readonly_path!r}" if access is not None else ""
     return f"[image left out to fit the request's image limits: {identity}{where}]"
 

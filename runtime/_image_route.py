@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable
 from typing import Annotated
 
+import attrs
 import msgspec
 import trio
 
@@ -175,23 +176,21 @@ async def _project_blocks(
     return None if out is None else tuple(out)
 
 
+@attrs.define(eq=False)
 class _Loader:
     """Loads each attachment of one request once, within the request's byte bound."""
 
-    def __init__(
-        self, store: ImageAttachments, target: ImageRequestTarget, max_total_bytes: int
-    ) -> None:
-        self._store = store
-        self._target = target
-        self._budget = max_total_bytes
-        self._blocks: dict[str, ImageBlock] = {}
+    store: ImageAttachments
+    target: ImageRequestTarget
+    budget: int
+    _blocks: dict[str, ImageBlock] = attrs.field(factory=dict, init=False)
 
     async def version_block(self, ref: ImageAttachmentRef) -> ImageBlock:
         known = self._blocks.get(ref.attachment_id)
         if known is not None and known.attachment == ref:
             return known
         try:
-            version = await self._store.request_version(ref, self._target)
+            version = await self.store.request_version(ref, self.target)
         except LlmError:
             raise
         except Exception as exc:
@@ -200,9 +199,9 @@ class _Loader:
                 f"the image store could not provide attachment {ref.attachment_id} "
                 f"({type(exc).__name__})",
             ) from exc
-        version = _check_version(ref, self._target, version)
-        self._budget -= len(version.data)
-        if self._budget < 0:
+        version = _check_version(ref, self.target, version)
+        self.budget -= len(version.data)
+        if self.budget < 0:
             raise LlmError(
                 ErrorCode.INVALID_REQUEST,
                 "the request's images exceed the projection's byte bound; declare an "
