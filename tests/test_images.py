@@ -244,6 +244,30 @@ async def test_a_slow_store_is_bounded_by_the_projection_time_bound(
     assert adapter.requests == []
 
 
+async def test_an_abort_ends_a_store_read_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore(delay=20.0)
+    image = ImageBlock(attachment=store.put(b"slow", width=1, height=1))
+    adapter = image_route()
+    async with llmrt.open_runtime(image_attachments=store) as rt:
+        await rt.register_adapter(["p"], adapter)
+        async with rt.stream(request(user_message(image))) as call:
+            await trio.sleep(1.0)
+            assert store.reads  # the store is being read
+            call.abort()
+            chunks = [chunk async for chunk in call]
+            aborted_at = trio.current_time()
+    finish = chunks[-1]
+    assert isinstance(finish, llmrt.Finish) and isinstance(finish.reason, llmrt.FinishAborted)
+    assert aborted_at == pytest.approx(1.0)
+    assert adapter.requests == []
+
+
+async def test_the_store_must_be_an_image_attachments() -> None:
+    with pytest.raises(TypeError, match="ImageAttachments"):
+        async with llmrt.open_runtime(image_attachments=object()):  # type: ignore[arg-type]
+            pass
+
+
 async def test_a_bad_policy_from_the_adapter_is_a_coded_error() -> None:
     adapter = image_route(policies={"p": "not a policy"})
     store = MemoryStore()
