@@ -65,7 +65,7 @@ from ._mailbox import Mailbox
 from ._prepare import (
     apply_config,
     config_of,
-    project_inputs,
+    project_images,
     resolve_config,
     validated_model_info,
 )
@@ -586,7 +586,12 @@ class Call:
             modalities = info.input_modalities
         else:
             modalities = self._target.input_modalities
-        options = project_inputs(options, modalities)
+        try:
+            options = await project_images(options, modalities, adapter, core.image_attachments)
+        except Exception as exc:
+            if not isinstance(exc, LlmError):
+                self._adapter_error = exc  # raised by the adapter's image_request_policy()
+            return Finish(reason=FinishError(failure=failure_of(exc)))
         return adapter, _gate_replay(options, registration, core.registry.topology.routes)
 
     def _release(self) -> None:

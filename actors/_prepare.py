@@ -12,7 +12,9 @@ from llmrt import (
     ContentBlock,
     ErrorCode,
     GenerateOptions,
+    ImageAttachments,
     ImageBlock,
+    ImageRequestPolicy,
     LlmCallConfig,
     LlmError,
     ModelInfo,
@@ -21,6 +23,7 @@ from llmrt import (
     TextBlock,
     ToolResultBlock,
     image_placeholder,
+    project_request_images,
 )
 
 __all__ = [
@@ -30,6 +33,8 @@ __all__ = [
     "config_of",
     "apply_config",
     "project_inputs",
+    "project_images",
+    "route_image_policy",
 ]
 
 _info_decoder = msgspec.json.Decoder(ResolvedModelInfo)
@@ -215,3 +220,45 @@ def _without_images(blocks: tuple[ContentBlock, ...]) -> tuple[ContentBlock, ...
                 out = list(blocks)
             out[i] = new
     return None if out is None else tuple(out)
+
+
+def _has_image(blocks: tuple[ContentBlock, ...]) -> bool:
+    for block in blocks:
+        if type(block) is ImageBlock:
+            return True
+        if type(block) is ToolResultBlock and _has_image(block.content):
+            return True
+    return False
+
+
+def route_image_policy(adapter: Adapter, provider: str, model: str) -> ImageRequestPolicy | None:
+    """The adapter's image policy for one route, checked (bad: ``INVALID_MODEL_INFO``)."""
+    # getattr: an adapter need not subclass Adapter to be registered.
+    declare = getattr(adapter, "image_request_policy", None)
+    policy = None if declare is None else declare(provider, model)
+    if policy is not None and not isinstance(policy, ImageRequestPolicy):
+        raise _invalid(
+            provider, f"image_request_policy() returned {type(policy).__name__}, not a policy"
+        )
+    return policy
+
+
+async def project_images(
+    options: GenerateOptions,
+    modalities: tuple[ModelModality, ...] | None,
+    adapter: Adapter,
+    store: ImageAttachments | None,
+) -> GenerateOptions:
+    """``options`` with every image as the serving route takes it; the caller's stay as they are.
+
+    A text-only model gets `project_inputs`' placeholders. Otherwise, when the
+    request has images, the route's `image_request_policy` is applied by
+    `project_request_images`: oldest images past its limits become
+    placeholders and durable attachments become the route's versions from
+    ``store``. Raises what those raise (`LlmError`).
+    """
+    projected = project_inputs(options, modalities)
+    if projected is not options or not any(_has_image(m.content) for m in options.messages):
+        return projected
+    policy = route_image_policy(adapter, options.provider, options.model)
+    return await project_request_images(options, policy, store)

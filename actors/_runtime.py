@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
@@ -22,6 +22,12 @@ from llmrt import (
     FinishAborted,
     FinishError,
     GenerateOptions,
+    ImageAttachmentAccess,
+    ImageAttachmentRef,
+    ImageAttachments,
+    ImageBlock,
+    ImageRequestPolicy,
+    ImageRequestPricing,
     LlmCallConfig,
     LlmError,
     ModelContext,
@@ -32,11 +38,18 @@ from llmrt import (
     ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
+    resolve_image_attachment_access,
 )
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
-from ._prepare import config_of, resolve_config, validated_model_info, validated_model_list
+from ._prepare import (
+    config_of,
+    resolve_config,
+    route_image_policy,
+    validated_model_info,
+    validated_model_list,
+)
 from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
@@ -94,6 +107,8 @@ class RuntimeCore:
     default_idle_timeout: float
     channel_size: int
     stats: StatsCounters = attrs.field(factory=StatsCounters)
+    #: The host's image store: durable image attachments are read through it.
+    image_attachments: ImageAttachments | None = None
     middlewares: tuple[Middleware, ...] = ()
     calls: set[Call] = attrs.field(factory=set)
     closing: bool = False
@@ -337,6 +352,55 @@ class LlmRuntime:
         """The retry policy captured when ``provider`` was registered. Raises ``NO_ADAPTER``."""
         return self._route(provider).retry_policy
 
+    # ---- images --------------------------------------------------------------------------
+
+    def image_request_policy(self, provider: str, model: str) -> ImageRequestPolicy:
+        """How the route serving ``provider`` takes images of ``model`` (its adapter's policy).
+
+        The default policy (stored originals, no limits) when the adapter
+        declares none. Synchronous. Raises ``NO_ADAPTER``, ``INVALID_MODEL_INFO``.
+        """
+        route = self._route(provider)
+        policy = route_image_policy(route.registration.adapter, provider, model)
+        return ImageRequestPolicy() if policy is None else policy
+
+    def image_request_pricing(self, provider: str, model: str) -> ImageRequestPricing | None:
+        """The visual-token pricing the route serving ``provider`` declares for ``model``.
+
+        None when the route charges no visual tokens. The answer carries the
+        route's current `image_request_policy`, so ``pricing.price(request)``
+        reproduces the offload decision the route will apply. Synchronous and
+        without I/O (a token meter calls it per request). Raises ``NO_ADAPTER``,
+        or ``INVALID_MODEL_INFO`` when the adapter answers with something else.
+        """
+        route = self._route(provider)
+        adapter = route.registration.adapter
+        # getattr: an adapter need not subclass Adapter to be registered.
+        declare = getattr(adapter, "image_request_pricing", None)
+        pricing = None if declare is None else declare(provider, model)
+        if pricing is None:
+            return None
+        if not isinstance(pricing, ImageRequestPricing):
+            raise LlmError(
+                ErrorCode.INVALID_MODEL_INFO,
+                f"provider {provider!r}: image_request_pricing() returned "
+                f"{type(pricing).__name__}, not an ImageRequestPricing",
+            )
+        policy = route_image_policy(adapter, provider, model) or ImageRequestPolicy()
+        return msgspec.structs.replace(pricing, policy=policy)
+
+    def resolve_image_attachment_access(
+        self, image: ImageAttachmentRef | ImageBlock, to_world: Callable[[str], str | None]
+    ) -> ImageAttachmentAccess | None:
+        """`llmrt.resolve_image_attachment_access` through this runtime's image store.
+
+        None when the runtime has no store. The image is not changed.
+        """
+        store = self._core.image_attachments
+        if store is None:
+            return None
+        return resolve_image_attachment_access(store, image, to_world)
+
     async def register_configurable_providers(
         self, entries: Sequence[ConfigurableProvider]
     ) -> DirectoryHandle:
@@ -468,6 +532,7 @@ async def open_runtime(
     drain_timeout: float = 30.0,
     shutdown_grace: float = 5.0,
     channel_size: int = 256,
+    image_attachments: ImageAttachments | None = None,
 ) -> AsyncIterator[LlmRuntime]:
     """Open a runtime: its nursery, registry actor and watchdog; yield the `LlmRuntime`.
 
@@ -476,12 +541,17 @@ async def open_runtime(
     ``shutdown_grace``: on exit, in-flight calls get an ``aborted`` finish and
     this long to deliver it before their tasks are cancelled; then every
     registration closes its adapter. ``channel_size``: chunks buffered per call.
+    ``image_attachments``: the host's image store, through which durable image
+    attachments become request versions (see docs/images.md); without one, a
+    request with a durable image ends with ``INVALID_REQUEST``.
     """
     idle = _check_timeout("stream_idle_timeout", stream_idle_timeout)
     if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
         raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout!r}")
     if not isinstance(channel_size, int) or channel_size < 1:
         raise ValueError(f"channel_size must be a positive integer, got {channel_size!r}")
+    if image_attachments is not None and not isinstance(image_attachments, ImageAttachments):
+        raise TypeError("image_attachments must be an llmrt.ImageAttachments")
     try:
         async with trio.open_nursery() as nursery:
             registry = Registry(drain_timeout=drain_timeout)
@@ -502,6 +572,7 @@ async def open_runtime(
                 nursery=nursery,
                 default_idle_timeout=idle,
                 channel_size=channel_size,
+                image_attachments=image_attachments,
             )
             try:
                 yield LlmRuntime(core)

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from ._adapter import Adapter as Adapter
 from ._assembler import BlockAssembler as BlockAssembler
+from ._attachment import ImageAttachmentAccess as ImageAttachmentAccess
+from ._attachment import ImageAttachmentRef as ImageAttachmentRef
+from ._attachment import ImageAttachments as ImageAttachments
+from ._attachment import ImageRequestTarget as ImageRequestTarget
+from ._attachment import ImageVersion as ImageVersion
+from ._attachment import fit_image_dimensions as fit_image_dimensions
+from ._attachment import image_attachment_ref as image_attachment_ref
+from ._attachment import resolve_image_attachment_access as resolve_image_attachment_access
 from ._chunks import BlockEnd as BlockEnd
 from ._chunks import BlockStart as BlockStart
 from ._chunks import Finish as Finish
@@ -61,6 +69,20 @@ from ._errors import failure_of as failure_of
 from ._identity import AppIdentity as AppIdentity
 from ._identity import app_identity as app_identity
 from ._identity import attribution_headers as attribution_headers
+from ._image_offload import ImageOffloadPolicy as ImageOffloadPolicy
+from ._image_offload import base64_length as base64_length
+from ._image_offload import image_byte_size as image_byte_size
+from ._image_offload import offload_request_images_with_policy as offload_request_images_with_policy
+from ._image_offload import offloaded_image_placeholder as offloaded_image_placeholder
+from ._image_offload import offloaded_image_prefix_count as offloaded_image_prefix_count
+from ._image_offload import request_image_sizes as request_image_sizes
+from ._image_offload import request_images as request_images
+from ._image_route import DEFAULT_IMAGE_PROJECTION_TIMEOUT as DEFAULT_IMAGE_PROJECTION_TIMEOUT
+from ._image_route import DEFAULT_MAX_PROJECTED_IMAGE_BYTES as DEFAULT_MAX_PROJECTED_IMAGE_BYTES
+from ._image_route import ImageRequestPolicy as ImageRequestPolicy
+from ._image_route import ImageRequestPrice as ImageRequestPrice
+from ._image_route import ImageRequestPricing as ImageRequestPricing
+from ._image_route import project_request_images as project_request_images
 from ._redact import REDACTED as REDACTED
 from ._redact import Redactor as Redactor
 from ._request import CallConfigDefaults as CallConfigDefaults
@@ -192,4 +214,26 @@ __all__ = [
     "system_message",
     "tool_result_message",
     "user_message",
+    "ImageAttachmentAccess",
+    "ImageAttachmentRef",
+    "ImageAttachments",
+    "ImageRequestTarget",
+    "ImageVersion",
+    "fit_image_dimensions",
+    "image_attachment_ref",
+    "resolve_image_attachment_access",
+    "ImageOffloadPolicy",
+    "base64_length",
+    "image_byte_size",
+    "offload_request_images_with_policy",
+    "offloaded_image_placeholder",
+    "offloaded_image_prefix_count",
+    "request_image_sizes",
+    "request_images",
+    "DEFAULT_IMAGE_PROJECTION_TIMEOUT",
+    "DEFAULT_MAX_PROJECTED_IMAGE_BYTES",
+    "ImageRequestPolicy",
+    "ImageRequestPrice",
+    "ImageRequestPricing",
+    "project_request_images",
 ]

@@ -6,6 +6,7 @@ import abc
 from collections.abc import AsyncIterator, Sequence
 
 from ._chunks import StreamChunk
+from ._image_route import ImageRequestPolicy, ImageRequestPricing
 from ._redact import Redactor
 from ._request import GenerateOptions, ModelInfo, ProviderInfo, ResolvedModelInfo
 from ._retry import ResolvedRetryPolicy
@@ -70,6 +71,27 @@ class Adapter(abc.ABC):
 
         None (the default) when it keeps none or cannot tell. Metrics read it
         at scrape time: it must be cheap and do no I/O.
+        """
+        return None
+
+    def image_request_policy(self, provider: str, model: str) -> ImageRequestPolicy | None:
+        """How one route takes images: the version it wants and what it leaves out.
+
+        The runtime applies it before `stream` on image-capable models: the
+        oldest images past the offload limits become placeholders, and each
+        durable attachment becomes the host store's version for the target
+        (inline ``data`` with its ``variant_id``). None (the default): the
+        stored originals, no limits. Synchronous and without I/O.
+        """
+        return None
+
+    def image_request_pricing(self, provider: str, model: str) -> ImageRequestPricing | None:
+        """The visual-token pricing of one route, for a token meter; None: it charges none.
+
+        Declared by adapters whose provider bills images as input tokens. The
+        runtime resolves it synchronously (`LlmRuntime.image_request_pricing`)
+        and fills in the route's `image_request_policy`, so the price
+        reproduces the route's own offload decision. Synchronous and without I/O.
         """
         return None
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ._attachment import ImageAttachmentRef
 from ._freeze import deep_freeze
 from ._wire import Wire
 
@@ -30,6 +31,7 @@ __all__ = [
     "ReplayEnvelope",
     "Message",
     "Role",
+    "image_identity",
     "image_placeholder",
     "new_message_id",
     "user_message",
@@ -51,27 +53,70 @@ class ReasoningBlock(Wire, frozen=True, tag_field="type", tag="reasoning"):
 
 
 class ImageBlock(Wire, frozen=True, tag_field="type", tag="image"):
-    """An image, inline (base64 ``data``) or by ``url``; exactly one of the two."""
+    """An image: inline (base64 ``data``), by ``url``, or a durable ``attachment``.
 
-    media_type: str
+    Exactly one of ``data``, ``url`` and ``attachment`` says where the image
+    is, with one exception: a *request version* projected from an attachment
+    keeps its ``attachment`` beside the ``data`` (or ``url``) the route gets,
+    and names that version with ``variant_id`` (wire ``variantId``). A durable
+    block may omit ``media_type``: it is the attachment's. See docs/images.md.
+    """
+
+    media_type: str = ""
     data: str | None = None
     url: str | None = None
+    attachment: ImageAttachmentRef | None = None
+    variant_id: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.data is None) == (self.url is None):
-            raise ValueError("an image block needs exactly one of `data` and `url`")
+        payloads = (self.data is not None) + (self.url is not None)
+        if self.attachment is None:
+            if payloads != 1:
+                raise ValueError(
+                    "an image block needs exactly one of `data`, `url` and `attachment`"
+                )
+            if self.variant_id is not None:
+                raise ValueError("`variantId` names a version of an attachment; there is none")
+        elif payloads == 0:
+            if self.variant_id is not None:
+                raise ValueError("a durable image has no version yet: drop `variantId`")
+            if not self.media_type:
+                msgspec.structs.force_setattr(self, "media_type", self.attachment.media_type)
+            elif self.media_type != self.attachment.media_type:
+                raise ValueError("a durable image's media type is its attachment's")
+        elif payloads == 2 or self.variant_id is None:
+            raise ValueError(
+                "an image block needs exactly one of `data`, `url` and `attachment` "
+                "(a request version carries one payload, its attachment and `variantId`)"
+            )
+        if not self.media_type:
+            raise ValueError("an image block needs a media type")
+
+
+def image_identity(image: ImageBlock) -> str:
+    """What tells one image from another in model-facing text, deterministically.
+
+    An attachment: its media type, id and name (the same stored image has one
+    identity whatever version a route would get). Otherwise: the media type and
+    a digest of the data or URL.
+    """
+    ref = image.attachment
+    if ref is not None:
+        named = f", {ref.name!r}" if ref.name is not None else ""
+        return f"{ref.media_type}, {ref.attachment_id}{named}"
+    source = image.data if image.data is not None else image.url or ""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{image.media_type}, sha256 {digest}"
 
 
 def image_placeholder(image: ImageBlock) -> str:
     """The text a route that takes no images gets instead of `image`.
 
-    Deterministic and distinct per image (its media type and a digest of its
-    data or URL), so the same history always projects to the same request and
-    a model can still tell two images apart.
+    Deterministic and distinct per image (`image_identity`), so the same
+    history always projects to the same request and a model can still tell
+    two images apart.
     """
-    source = image.data if image.data is not None else image.url or ""
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"[image omitted: {image.media_type}, sha256 {digest}]"
+    return f"[image omitted: {image_identity(image)}]"
 
 
 class ToolCallBlock(Wire, frozen=True, tag_field="type", tag="tool-call"):
