@@ -4,7 +4,9 @@ Frames are frozen msgspec structs under two tagged unions (tag field
 ``type``): `ClientFrame` (what a client sends) and `ServerFrame` (what the
 gateway sends). The same structs encode as JSON text frames (subprotocol
 ``llmrt.v1``, the default) or MessagePack binary frames (``llmrt.v1.msgpack``).
-``docs/protocol.md`` is the normative description.
+``docs/protocol.md`` is the normative description. Blocks, message sources
+and finish reasons registered with `llmrt.register_content_block` and its
+siblings decode in both directions (a failed decode is retried with them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import attrs
 import msgspec
 
 from llmrt import DecodeError, GenerateOptions, LlmFailure, ResolvedRetryPolicy, StreamChunk
+from llmrt._vocab import decode_open, extended
 
 __all__ = [
     "PROTOCOL",
@@ -346,7 +349,13 @@ class Codec:
         try:
             return self._client.decode(self._bytes(data))  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
-            raise DecodeError(self._describe(data, exc)) from None
+            failure: Exception = exc
+            if extended() and isinstance(exc, msgspec.ValidationError):
+                try:
+                    return self._open(ClientFrame, self._bytes(data), exc)  # type: ignore[no-any-return]
+                except msgspec.ValidationError as again:
+                    failure = again
+            raise DecodeError(self._describe(data, failure)) from None
 
     def peek_id(self, data: str | bytes) -> str | None:
         """The ``id`` of a frame that failed to decode, when it has a usable one."""
@@ -359,7 +368,12 @@ class Codec:
     def decode_request(self, raw: msgspec.Raw) -> GenerateOptions:
         """Decode a call's request. Raises `DecodeError` with a path under ``$.request``."""
         try:
-            return self._request.decode(raw)  # type: ignore[no-any-return]
+            try:
+                return self._request.decode(raw)  # type: ignore[no-any-return]
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(GenerateOptions, raw, exc)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             text = str(exc)
             if " - at `$" not in text:
@@ -371,7 +385,12 @@ class Codec:
     def decode_server(self, data: str | bytes) -> ServerFrame:
         """Decode a server frame (client side). Raises `DecodeError`."""
         try:
-            return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
+            try:
+                return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(ServerFrame, self._bytes(data), exc)  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
             raise DecodeError(f"bad server frame: {exc}") from None
 
@@ -381,9 +400,18 @@ class Codec:
         if dec is None:
             dec = self._values[type] = self._decoder_of(type)
         try:
-            return dec.decode(raw)
+            try:
+                return dec.decode(raw)
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(type, raw, exc)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"bad result value: {exc}") from None
+
+    def _open(self, type: Any, data: Any, failure: msgspec.ValidationError) -> Any:
+        """Decode again with the registered blocks, sources and finish reasons (`llmrt._vocab`)."""
+        return decode_open(self._decoder_of, type, data, failure)
 
     def _bytes(self, data: str | bytes) -> bytes | str:
         # msgspec's JSON decoder takes str as is; MessagePack needs bytes.
