@@ -37,7 +37,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
-from ._chunks import FinishReason
+from ._chunks import FinishReason, StreamChunk
 from ._content import ContentBlock, Message, MessageSource, ToolResultBlock
 from ._errors import ErrorCode, LlmError
 from ._wire import Wire
@@ -78,6 +78,8 @@ _BLOCKS = _Family("content block", ContentBlock, "type")
 _SOURCES = _Family("message source", MessageSource, "kind")
 _FINISHES = _Family("finish reason", FinishReason, "kind")
 _FAMILIES = (_BLOCKS, _SOURCES, _FINISHES)
+#: The chunk union is closed: none of its members may join a family.
+_CHUNKS = frozenset(get_args(StreamChunk))
 
 #: The built-in block classes: what an adapter that knows no extension can send.
 BUILTIN_BLOCK_TYPES: frozenset[type] = frozenset(_BLOCKS.builtins)
@@ -119,7 +121,12 @@ def _register(family: _Family, cls: Any) -> None:
         )
     if not config.frozen:
         raise ValueError(f"a {family.name} must be frozen (wire values are immutable)")
+    if cls in _CHUNKS:
+        raise ValueError(f"{cls.__qualname__} is a stream chunk: the chunk union stays closed")
     with _lock:
+        for other in _FAMILIES:
+            if other is not family and cls in (*other.builtins, *other.registered.values()):
+                raise ValueError(f"{cls.__qualname__} is already a {other.name}")
         taken = family.tags().get(config.tag)
         if taken is cls:
             return  # registering the same class again changes nothing
