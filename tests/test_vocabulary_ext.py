@@ -38,6 +38,9 @@ from llmrt import (
 )
 from llmrt.adapters._anthropic_wire import build_anthropic_body
 from llmrt.adapters._openai_wire import build_openai_body
+from llmrt.adapters.anthropic import AnthropicAdapter
+from llmrt.adapters.openai_chat import OpenAIChatAdapter
+from llmrt.testing import SSEScript, open_upstream, openai_events
 
 QUOTE = QuoteBlock(author="ada", content=(TextBlock(text="said"), AUDIO))
 
@@ -273,3 +276,31 @@ def test_require_block_types_accepts_the_builtin_blocks_and_a_wider_set() -> Non
     )
     with pytest.raises(LlmError, match="'audio'"):
         llmrt.require_block_types(extended.messages, route="r")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_http_adapter_fails_the_call_before_any_io(kind: str) -> None:
+    environ = {"TEST_KEY": "sk-test-0123456789abcdef"}
+    options = request_with(TextBlock(text="transcribe this"), AUDIO)
+    async with open_upstream(SSEScript(events=openai_events(["never sent"]))) as upstream:
+        adapter: llmrt.Adapter
+        if kind == "anthropic":
+            adapter = AnthropicAdapter(
+                base_url=upstream.base_url, api_key_env="TEST_KEY", environ=environ
+            )
+        else:
+            adapter = OpenAIChatAdapter(
+                preset="openai-compatible",
+                base_url=upstream.base_url,
+                api_key_env="TEST_KEY",
+                environ=environ,
+            )
+        async with llmrt.open_runtime() as rt:
+            await rt.register_adapter(["my-route"], adapter)
+            async with rt.stream(options) as call:
+                chunks = [chunk async for chunk in call]
+    assert upstream.connections == []
+    last = chunks[-1]
+    assert isinstance(last, Finish) and isinstance(last.reason, llmrt.FinishError)
+    assert last.reason.failure.code == ErrorCode.INVALID_REQUEST
+    assert "'audio'" in last.reason.failure.message
