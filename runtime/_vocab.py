@@ -421,9 +421,9 @@ def decode_open(
     if state is None:
         raise failure
     key = (make_decoder, type)
-    with _lock:
-        decoder = state.decoders.get(key, False)
-        if decoder is False:
+    decoder = state.decoders.get(key, False)
+    if decoder is False:
+        with _lock:  # built once per state; a racing builder's result is equivalent
             mirror = _mirror_type(state, type)
             decoder = None if mirror is type else make_decoder(mirror)
             state.decoders[key] = decoder
