@@ -36,6 +36,7 @@ from llmrt import (
     UsageChunk,
     Wire,
 )
+from llmrt.actors.gateway._protocol import JSON, MSGPACK, ChunkFrame
 from llmrt.adapters._anthropic_wire import build_anthropic_body
 from llmrt.adapters._openai_wire import build_openai_body
 from llmrt.adapters.anthropic import AnthropicAdapter
@@ -110,20 +111,16 @@ def test_block_end_and_request_carrying_extensions_round_trip() -> None:
     assert decoded == request and type(decoded.messages[0].content[1]) is AudioBlock
 
 
-def test_extensions_round_trip_as_messagepack() -> None:
+def test_gateway_codecs_decode_extensions_in_both_encodings() -> None:
     message = message_with_extensions()
-    data = msgspec.msgpack.encode(message)
-    from llmrt.actors.gateway._protocol import MSGPACK
-
-    frame_type = llmrt.actors.gateway._protocol.ChunkFrame
-    frame = frame_type(id="c", chunk=BlockEnd(index=0, block=AUDIO))
-    assert MSGPACK.decode_server(MSGPACK.encode(frame)) == frame
-    assert MSGPACK.decode_request(
-        msgspec.Raw(
-            msgspec.msgpack.encode(GenerateOptions(provider="p", model="m", messages=(message,)))
-        )
-    ).messages == (message,)
-    assert data  # MessagePack bytes, not JSON
+    request = GenerateOptions(provider="p", model="m", messages=(message,))
+    frame = ChunkFrame(id="c", chunk=BlockEnd(index=0, block=AUDIO))
+    for codec in (JSON, MSGPACK):
+        encoded = codec.encode(frame)
+        assert isinstance(encoded, bytes if codec is MSGPACK else str)
+        decoded = codec.decode_server(encoded)
+        assert decoded == frame and type(decoded.chunk.block) is AudioBlock  # type: ignore[union-attr]
+        assert codec.decode_request(codec.raw(request)) == request
 
 
 def test_bad_extension_values_still_fail_with_a_path() -> None:
@@ -204,7 +201,7 @@ def test_registration_refuses_clashes_and_malformed_kinds() -> None:
     with pytest.raises(ValueError, match=r"'stop'.*already taken"):
         llmrt.register_finish_reason(StopAgain)
     assert llmrt.register_content_block(AudioBlock) is AudioBlock  # again: no change
-    assert llmrt.registered_content_blocks() == (AudioBlock, QuoteBlock)
+    assert llmrt.registered_content_blocks()[:2] == (AudioBlock, QuoteBlock)
     assert llmrt.registered_message_sources() == (AgentSource,)
     assert llmrt.registered_finish_reasons() == (FinishContentFilter,)
 
@@ -304,3 +301,24 @@ async def test_http_adapter_fails_the_call_before_any_io(kind: str) -> None:
     assert isinstance(last, Finish) and isinstance(last.reason, llmrt.FinishError)
     assert last.reason.failure.code == ErrorCode.INVALID_REQUEST
     assert "'audio'" in last.reason.failure.message
+
+
+def test_a_kind_registered_late_reaches_decoders_built_earlier() -> None:
+    class StickerBlock(Wire, frozen=True, tag_field="type", tag="x-late-sticker"):
+        name: str
+
+    message = Message(
+        id="m",
+        role="user",
+        content=(TextBlock(text="look"), StickerBlock(name="cat")),  # type: ignore[arg-type]
+        source=llmrt.UserSource(),
+    )
+    data = llmrt.encode(message)
+    with pytest.raises(DecodeError, match=r"'x-late-sticker' - at `\$\.content\[1\]\.type`"):
+        llmrt.decode_message(data)  # the module-level decoder, built at import
+    llmrt.register_content_block(StickerBlock)
+    assert llmrt.decode_message(data) == message
+    assert llmrt.decode(
+        llmrt.encode(BlockEnd(index=0, block=StickerBlock(name="cat"))), StreamChunk
+    )
+    assert StickerBlock in llmrt.registered_content_blocks()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 
+import pytest
 import trio
 from _vocab_kinds import AUDIO, AgentSource, AudioBlock, FinishContentFilter, QuoteBlock
 
@@ -77,12 +78,16 @@ async def gateway(rt: llmrt.LlmRuntime) -> AsyncIterator[GatewayServer]:
             nursery.cancel_scope.cancel()
 
 
-async def test_gateway_keeps_extension_kinds_in_requests_and_chunks() -> None:
+@pytest.mark.parametrize("msgpack", [False, True], ids=["json", "msgpack"])
+async def test_gateway_keeps_extension_kinds_in_requests_and_chunks(msgpack: bool) -> None:
     adapter = ScriptedAdapter(script=SCRIPT)
     options = request(user_turn())
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], adapter)
-        async with gateway(rt) as server, open_gateway_client(server.url) as client:
+        async with (
+            gateway(rt) as server,
+            open_gateway_client(server.url, msgpack=msgpack) as client,
+        ):
             async with client.stream(options) as call:
                 chunks = [chunk async for chunk in call]
     # The call frame's request reached the adapter intact, extension types included.
