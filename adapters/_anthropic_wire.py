@@ -53,6 +53,7 @@ from llmrt import (
     TokenUsage,
     ToolCallBlock,
     ToolResultBlock,
+    require_block_types,
 )
 
 from ._blocks import Block, BlockKind, BlockTracker
@@ -567,8 +568,12 @@ def build_anthropic_body(
     thinking does not allow).
 
     Raises `LlmError` (``INVALID_REQUEST``) when a tool call's arguments are
-    not a JSON object (naming the call id), or a tool block sits in the wrong role.
+    not a JSON object (naming the call id), or a tool block sits in the wrong role,
+    and for a registered block type (`llmrt.register_content_block`) that the
+    Messages API has no form for.
     """
+    # Extension blocks would otherwise be dropped silently below.
+    require_block_types(options.messages, route=options.provider)
     turns: list[dict[str, Any]] = []
     for message in options.messages:
         if message.role == "system":

@@ -46,6 +46,7 @@ from llmrt import (
     TokenUsage,
     ToolCallBlock,
     ToolResultBlock,
+    require_block_types,
 )
 
 from ._blocks import Block, BlockTracker
@@ -558,8 +559,11 @@ def build_openai_body(
     ``reasoning_effort``.
 
     Raises `LlmError` (``INVALID_REQUEST``) for a tool call in a user message
-    or a tool result in an assistant message.
+    or a tool result in an assistant message, and for a registered block type
+    (`llmrt.register_content_block`) that chat completions has no form for.
     """
+    # Extension blocks would otherwise be dropped silently below.
+    require_block_types(options.messages, route=options.provider)
     dialect = dialect or dialect_of(provider_kind)
     messages: list[dict[str, Any]] = []
     system = system_prompt(options)

@@ -108,6 +108,15 @@ from ._retry import ResolvedRetryPolicy as ResolvedRetryPolicy
 from ._retry import RetryEvent as RetryEvent
 from ._retry import RetryScheduled as RetryScheduled
 from ._retry import default_retry_policy as default_retry_policy
+from ._vocab import BUILTIN_BLOCK_TYPES as BUILTIN_BLOCK_TYPES
+from ._vocab import register_content_block as register_content_block
+from ._vocab import register_finish_reason as register_finish_reason
+from ._vocab import register_message_source as register_message_source
+from ._vocab import registered_content_blocks as registered_content_blocks
+from ._vocab import registered_finish_reasons as registered_finish_reasons
+from ._vocab import registered_message_sources as registered_message_sources
+from ._vocab import require_block_types as require_block_types
+from ._wire import Wire as Wire
 
 __version__: str = app_identity().version
 
@@ -140,6 +149,15 @@ __all__ = [
     "RetryEvent",
     "RetryScheduled",
     "CONTENT_BLOCK_TYPES",
+    "BUILTIN_BLOCK_TYPES",
+    "register_content_block",
+    "register_finish_reason",
+    "register_message_source",
+    "registered_content_blocks",
+    "registered_finish_reasons",
+    "registered_message_sources",
+    "require_block_types",
+    "Wire",
     "DEFAULT_RETRYABLE_CODES",
     "Adapter",
     "AlwaysRetryPolicy",

@@ -2,6 +2,12 @@
 
 Encoders and decoders are built once. Every decoder raises `DecodeError`
 (a `ValueError`) with a message naming the JSON path of the problem.
+
+The decoders are closed over the built-in vocabulary (fast). When one fails
+validation and a block, source or finish kind has been registered
+(`llmrt.register_content_block` and its siblings), the value is decoded
+again with the registered kinds (`_vocab.decode_open`); the hot path pays
+nothing for that.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from ._chunks import StreamChunk
 from ._content import Message
 from ._errors import DecodeError
 from ._request import GenerateOptions
+from ._vocab import decode_open, extended
 
 __all__ = ["encode", "encode_into", "decode", "decode_chunk", "decode_message", "decode_request"]
 
@@ -55,6 +62,9 @@ def decode_chunk(data: bytes | str) -> StreamChunk:
     try:
         return _chunk_decoder.decode(data)
     except _BAD_INPUT as exc:
+        if extended() and isinstance(exc, msgspec.ValidationError):
+            value: StreamChunk = _decode_open(StreamChunk, data, exc)
+            return value
         raise _fail(exc) from None
 
 
@@ -63,6 +73,9 @@ def decode_message(data: bytes | str) -> Message:
     try:
         return _message_decoder.decode(data)
     except _BAD_INPUT as exc:
+        if extended() and isinstance(exc, msgspec.ValidationError):
+            value: Message = _decode_open(Message, data, exc)
+            return value
         raise _fail(exc) from None
 
 
@@ -71,6 +84,9 @@ def decode_request(data: bytes | str) -> GenerateOptions:
     try:
         return _request_decoder.decode(data)
     except _BAD_INPUT as exc:
+        if extended() and isinstance(exc, msgspec.ValidationError):
+            value: GenerateOptions = _decode_open(GenerateOptions, data, exc)
+            return value
         raise _fail(exc) from None
 
 
@@ -90,5 +106,15 @@ def decode(data: bytes | str, type: Any) -> Any:
         dec = _decoders[type] = msgspec.json.Decoder(type)
     try:
         return dec.decode(data)
+    except _BAD_INPUT as exc:
+        if extended() and isinstance(exc, msgspec.ValidationError):
+            return _decode_open(type, data, exc)
+        raise _fail(exc) from None
+
+
+def _decode_open(type: Any, data: bytes | str, failure: msgspec.ValidationError) -> Any:
+    """The slow path: decode again with the registered kinds (see the module docstring)."""
+    try:
+        return decode_open(msgspec.json.Decoder, type, data, failure)
     except _BAD_INPUT as exc:
         raise _fail(exc) from None

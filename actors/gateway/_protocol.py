@@ -4,7 +4,9 @@ Frames are frozen msgspec structs under two tagged unions (tag field
 ``type``): `ClientFrame` (what a client sends) and `ServerFrame` (what the
 gateway sends). The same structs encode as JSON text frames (subprotocol
 ``llmrt.v1``, the default) or MessagePack binary frames (``llmrt.v1.msgpack``).
-``docs/protocol.md`` is the normative description.
+``docs/protocol.md`` is the normative description. Blocks, message sources
+and finish reasons registered with `llmrt.register_content_block` and its
+siblings decode in both directions (a failed decode is retried with them).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from llmrt import (
     ToolCallDelta,
 )
 from llmrt._nesting import MAX_NESTING, json_too_deep, msgpack_too_deep
+from llmrt._vocab import decode_open, extended
 
 from .._tracecontext import MAX_TRACEPARENT
 
@@ -439,6 +442,8 @@ class Codec:
     _server: Any
     _request: Any
     _peek: Any
+    #: The server-frame union this encoding decodes (its own kind of `part` frame).
+    _server_type: Any
     _values: dict[Any, Any] = attrs.field(factory=dict)
 
     def encode(self, frame: Any) -> str | bytes:
@@ -486,7 +491,13 @@ class Codec:
         try:
             return self._client.decode(self._bytes(data))  # type: ignore[no-any-return]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
-            raise DecodeError(self._describe(data, exc)) from None
+            failure: Exception = exc
+            if extended() and isinstance(exc, msgspec.ValidationError):
+                try:
+                    return self._open(ClientFrame, self._bytes(data), exc)  # type: ignore[no-any-return]
+                except msgspec.ValidationError as again:
+                    failure = again
+            raise DecodeError(self._describe(data, failure)) from None
         except RecursionError:  # the check above makes this unreachable; never let it out
             raise DecodeError(_TOO_DEEP) from None
 
@@ -503,7 +514,12 @@ class Codec:
     def decode_request(self, raw: msgspec.Raw) -> GenerateOptions:
         """Decode a call's request. Raises `DecodeError` with a path under ``$.request``."""
         try:
-            return self._request.decode(raw)  # type: ignore[no-any-return]
+            try:
+                return self._request.decode(raw)  # type: ignore[no-any-return]
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(GenerateOptions, raw, exc)  # type: ignore[no-any-return]
         except RecursionError:
             raise DecodeError(f"invalid request: {_TOO_DEEP}") from None
         except msgspec.ValidationError as exc:
@@ -522,7 +538,14 @@ class Codec:
         decoder's own `RecursionError` is caught instead.
         """
         try:
-            return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
+            try:
+                return self._server.decode(self._bytes(data))  # type: ignore[no-any-return]
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(  # type: ignore[no-any-return]
+                    self._server_type, self._bytes(data), exc
+                )
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError) as exc:
             raise DecodeError(f"bad server frame: {exc}") from None
         except RecursionError:
@@ -534,7 +557,12 @@ class Codec:
         if dec is None:
             dec = self._values[type] = self._decoder_of(type)
         try:
-            return dec.decode(raw)
+            try:
+                return dec.decode(raw)
+            except msgspec.ValidationError as exc:
+                if not extended():
+                    raise
+                return self._open(type, raw, exc)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"bad result value: {exc}") from None
         except RecursionError:
@@ -548,6 +576,10 @@ class Codec:
     def _refuse_deep(self, data: str | bytes) -> None:
         if self._too_deep(data):
             raise DecodeError(_TOO_DEEP)
+
+    def _open(self, type: Any, data: Any, failure: msgspec.ValidationError) -> Any:
+        """Decode again with the registered blocks, sources and finish reasons (`llmrt._vocab`)."""
+        return decode_open(self._decoder_of, type, data, failure)
 
     def _bytes(self, data: str | bytes) -> bytes | str:
         # msgspec's JSON decoder takes str as is; MessagePack needs bytes.
@@ -574,15 +606,17 @@ class Codec:
 
 
 def _make_codec(subprotocol: str, module: Any) -> Codec:
+    server_type = _JSON_SERVER if module is msgspec.json else _MSGPACK_SERVER
     return Codec(
         subprotocol=subprotocol,
         binary=module is msgspec.msgpack,
         encode=module.Encoder().encode,
         decoder_of=module.Decoder,
         client=module.Decoder(ClientFrame),
-        server=module.Decoder(_JSON_SERVER if module is msgspec.json else _MSGPACK_SERVER),
+        server=module.Decoder(server_type),
         request=module.Decoder(GenerateOptions),
         peek=module.Decoder(_Peek),
+        server_type=server_type,
     )
 
 
