@@ -122,6 +122,10 @@ def generated(
             if quick
             else ""
         ),
+        ""
+        if runs
+        else "No suite ran in this regeneration (`--report-only`): every figure below comes "
+        "from the JSON named in the table, written by the command beside it.",
         "",
         *_environment(reports),
         "",

@@ -284,6 +284,7 @@ def test_report_only_with_no_json_draws_not_measured(tmp_path: Path) -> None:
     assert runner.main(["--report-only", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "README.md").read_text()
     assert "Machine: not recorded (no JSON)." in text
+    assert "No suite ran in this regeneration (`--report-only`)" in text
     assert "None of the targets recorded in the JSON is missed." in text
     assert (tmp_path / "plots" / "abort_all.png").read_bytes().startswith(PNG)
 
