@@ -323,3 +323,13 @@ async def test_floor_client_streams_from_the_local_upstream() -> None:
                 count, left = await _floor.stream(session, body, 2, received)
     assert (count, received[0]) == (2, 6)
     assert left is not None
+
+
+async def test_floor_client_refuses_an_error_status() -> None:
+    from llmrt.testing import ErrorScript, open_upstream
+
+    with trio.fail_after(10):
+        async with open_upstream(ErrorScript(503, body={"error": "busy"})) as upstream:
+            async with _floor.open_session(upstream.base_url, "sk-test") as session:
+                with pytest.raises(_floor.FloorProtocolError, match="503"):
+                    await _floor.stream(session, b"{}", None, [0])
