@@ -18,7 +18,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: Where the JSON goes: ``bench/results`` unless ``python -m bench`` points the
+#: scripts elsewhere (a ``--quick`` run writes outside the tracked results).
+RESULTS = Path(os.environ.get("LLMRT_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+
+
+def sized(defaults: dict[str, Any]) -> dict[str, Any]:
+    """``defaults`` with the sizes ``python -m bench`` passes in ``LLMRT_BENCH_SIZES`` (JSON).
+
+    The runner's ``--quick`` is a smoke run (does every workload still work?)
+    and asks for smaller sizes than a script's own ``--quick``; an unknown key
+    is an error rather than a silently ignored size.
+    """
+    raw = os.environ.get("LLMRT_BENCH_SIZES")
+    if not raw:
+        return defaults
+    extra = json.loads(raw)
+    unknown = sorted(set(extra) - set(defaults))
+    if unknown:
+        raise SystemExit(f"LLMRT_BENCH_SIZES: unknown sizes {unknown}; known: {sorted(defaults)}")
+    return {**defaults, **extra}
 
 
 def percentiles(samples: Sequence[float], points: Sequence[int] = (50, 90, 99)) -> dict[str, float]:

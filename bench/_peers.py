@@ -18,7 +18,9 @@ at that moment (the abandonment figure compares it with the upstream's close).
 * ``openai`` — the official SDK, ``AsyncOpenAI(...).chat.completions.create(
   stream=True)`` under asyncio, abandoned by ``break`` (no ``async with``);
 * ``litellm`` — ``litellm.acompletion(stream=True, custom_llm_provider="openai")``
-  under asyncio, abandoned by ``break``.
+  under asyncio, abandoned by ``break``;
+* ``floor`` — the raw-trio floor of ``_floor.py``: one trio socket per stream,
+  chunked coding and SSE parsed by hand.
 
 The optional peers (openai, litellm) are imported only when used; `missing`
 says whether one is installed.
@@ -33,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import _floor
 import attrs
 import msgspec
 
@@ -316,6 +319,13 @@ PEERS: dict[str, Peer] = {
         Peer("httpx-drain", "trio", ("httpx",), _httpx_open, _httpx_drain_stream),
         Peer("openai", "asyncio", ("openai",), _openai_open, _openai_stream),
         Peer("litellm", "asyncio", ("litellm",), _litellm_open, _litellm_stream),
+        Peer(
+            "floor",
+            "trio",
+            (),
+            lambda base_url: _floor.open_session(base_url, API_KEY),
+            _floor.stream_fn(RECEIVED, request_body, API_KEY),
+        ),
     )
 }
 

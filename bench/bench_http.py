@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import environment, median, rss_kib, table, write_json
+from _common import environment, median, rss_kib, sized, table, write_json
 from _peers import MARKER_PREFIX, PEERS, RECEIVED, Peer
 
 SECTIONS = ("per-chunk", "concurrency", "scaling", "decoders", "abandon")
@@ -522,8 +522,8 @@ def verdict(ok: bool | None) -> str:
 #: own write and its own HTTP chunk, as a provider sends tokens (the upstream's
 #: own pace, about 30-60 µs per event here, sets the rate, not the delay).
 BULK_MODES = (
-    ("coalesced", 0.0, ("llmrt", "httpx", "httpx-lines", "openai", "litellm")),
-    ("per-event", 1e-6, ("llmrt", "httpx", "httpx-lines", "openai")),
+    ("coalesced", 0.0, ("llmrt", "floor", "httpx", "httpx-lines", "openai", "litellm")),
+    ("per-event", 1e-6, ("llmrt", "floor", "httpx", "httpx-lines", "openai")),
 )
 
 
@@ -630,7 +630,7 @@ def section_concurrency(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]
         f"\n== 2. concurrency: {n:,} streams x {chunks} chunks, {delay * 1e3:g} ms apart ==",
         flush=True,
     )
-    peers = available(["llmrt", "httpx", "httpx-drain", "openai"], notes)
+    peers = available(["llmrt", "floor", "httpx", "httpx-drain", "openai"], notes)
     results: dict[str, Any] = {}
     with UpstreamProcess(chunks, delay) as up:
         for name in peers:
@@ -708,7 +708,7 @@ def section_scaling(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         + f", {chunks} chunks each ==",
         flush=True,
     )
-    peers = available(["llmrt", "httpx"], notes)
+    peers = available(["llmrt", "floor", "httpx", "openai", "litellm"], notes)
     results: dict[str, dict[str, Any]] = {name: {} for name in peers}
     for n, delay in sizes:
         with UpstreamProcess(chunks, delay) as up:
@@ -789,7 +789,7 @@ def section_abandon(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         f" left after 3-7 chunks, {rounds} round(s); consumer leaves -> upstream sees close ==",
         flush=True,
     )
-    peers = available(["llmrt", "httpx", "openai", "litellm"], notes)
+    peers = available(["llmrt", "floor", "httpx", "openai", "litellm"], notes)
     results: dict[str, Any] = {}
     with UpstreamProcess(ABANDON_CHUNKS, ABANDON_DELAY) as up:
         for name in peers:
@@ -1013,7 +1013,7 @@ def main() -> None:
         return
 
     nofile = raise_nofile()
-    cfg = QUICK if args.quick else FULL
+    cfg = sized(QUICK if args.quick else FULL)
     env = {**environment(), **versions(), "rlimit_nofile": nofile}
     print(
         "bench_http: python {python}, trio {trio}, httpx {httpx}, httpcore {httpcore}, "

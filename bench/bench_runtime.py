@@ -50,6 +50,7 @@ from _common import (
     peak_rss_kib,
     percentiles,
     rss_kib,
+    sized,
     table,
     write_json,
 )
@@ -723,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(trio.run(run, args.calls)))
         return 0
 
-    sizes = QUICK if args.quick else FULL
+    sizes = sized(QUICK if args.quick else FULL)
     command = "python bench/bench_runtime.py" + (" --quick" if args.quick else "")
     started = time.perf_counter()
     report: dict[str, Any] = {

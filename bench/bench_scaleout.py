@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import environment, median, table, write_json
+from _common import environment, median, sized, table, write_json
 
 import llmrt
 from llmrt import (
@@ -894,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 10 s)")
     parser.add_argument("--only", choices=list(SECTIONS), help="run one section")
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+    sizes = sized(QUICK if args.quick else FULL)
     command = "python bench/bench_scaleout.py" + (" --quick" if args.quick else "")
     started = time.perf_counter()
     report: dict[str, Any] = {

@@ -56,7 +56,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from _common import environment, rss_kib, table, write_json
+from _common import environment, rss_kib, sized, table, write_json
 
 import llmrt
 from llmrt import (
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 waves of 500 calls")
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+    sizes = sized(QUICK if args.quick else FULL)
     started = time.perf_counter()
     floor = trio.run(floor_waves, sizes["waves"], sizes["calls_per_wave"])
     runtime = trio.run(runtime_waves, sizes["waves"], sizes["calls_per_wave"])

@@ -21,6 +21,7 @@ the ratios, and writes them to ``bench/results/sse.json``. Run: ``python bench/b
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -36,7 +37,7 @@ from llmrt.adapters._sse import SSEParser
 
 HERE = Path(__file__).resolve().parent
 TRANSCRIPT = HERE.parent / "tests" / "wire" / "openai_text.sse"
-RESULTS = HERE / "results" / "sse.json"
+RESULTS = Path(os.environ.get("LLMRT_BENCH_RESULTS") or HERE / "results") / "sse.json"
 EVENTS = 20_000
 RUNS = 7
 READ_SIZES = (4 * 1024, 64 * 1024)
