@@ -110,6 +110,8 @@ class GatewayTable(_Table, frozen=True):
     max_pending_bytes: _Positive | None = None
     #: The largest frame in either direction (at least 4096).
     max_frame_bytes: _Positive | None = None
+    #: Let ``discover-models`` frames name any endpoint URL (off: configured endpoints only).
+    discover_any_url: bool | None = None
 
 
 class FileTable(_Table, frozen=True):
