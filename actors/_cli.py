@@ -204,11 +204,12 @@ def _connect_timeout_option(parser: argparse.ArgumentParser) -> None:
 
 @asynccontextmanager
 async def _configured_runtime(
-    config: configuration.Config,
+    config: configuration.Config, *, environ: dict[str, str] | None = None
 ) -> AsyncIterator[llmrt.LlmRuntime]:
+    """A runtime serving ``config``; keys are read from ``environ`` (default ``os.environ``)."""
     async with llmrt.open_runtime() as rt:
-        await configuration.register_config(rt, config)
-        await configuration.register_settings(rt, config)
+        await configuration.register_config(rt, config, environ=environ)
+        await configuration.register_settings(rt, config, environ=environ)
         yield rt
 
 
@@ -625,7 +626,7 @@ async def _models(
                 args.provider, directory, live, client.discover_models, client.list_models, out, ()
             )
     route = _route_of(config, args.provider)
-    async with _configured_runtime(config) as rt:
+    async with _configured_runtime(config, environ=environ) as rt:
         live = {p.id for p in rt.list_providers()}
         return await _show_models(
             route,
