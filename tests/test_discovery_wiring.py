@@ -32,7 +32,7 @@ from llmrt.actors.config import (
     register_settings,
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
-from llmrt.actors.gateway._protocol import JSON, DiscoverModelsFrame
+from llmrt.actors.gateway._protocol import JSON, ClientFrame, DiscoverModelsFrame
 from llmrt.adapters._presets import PRESETS
 from llmrt.testing import ErrorScript, SSEScript, open_upstream
 
@@ -382,3 +382,10 @@ def test_the_discovery_frames_as_documented() -> None:
     assert decoded == DiscoverModelsFrame(id="r2", settings_ns="openai-compatible")
     listing = JSON.decode_client(b'{"type":"list-configurable-providers","id":"r3"}')
     assert listing.id == "r3"  # type: ignore[union-attr]
+
+
+def test_every_client_frame_is_documented() -> None:
+    doc = (pathlib.Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for frame in ClientFrame.__args__:
+        assert f"| `{frame.__struct_config__.tag}` |" in doc, frame
+    assert "### Provider directory and model discovery" in doc
