@@ -12,6 +12,8 @@ import socket
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 import llmrt
 from llmrt import DiscoveredModel, ErrorCode, ModelDiscoveryRequest
@@ -155,12 +157,17 @@ async def test_failures_are_classified_and_never_echo_the_key() -> None:
     assert KEY not in str(info.value)
 
 
-async def test_a_silent_endpoint_is_bounded_in_time(autojump_clock: Any) -> None:
+async def test_a_silent_endpoint_is_bounded_in_time(mock_clock: trio.testing.MockClock) -> None:
+    mock_clock.autojump_threshold = 0.02  # loopback I/O lands before the clock jumps
     slow = ErrorScript(status=200, body={"data": []}, first_byte_delay=3600)
     async with open_upstream(lambda request: slow) as up:
+        start = trio.current_time()
         with pytest.raises(llmrt.LlmError) as info:
             await EndpointDiscovery(timeout=5)(ModelDiscoveryRequest(base_url=up.base_url))
+        elapsed = trio.current_time() - start
     assert info.value.code == ErrorCode.TIMEOUT
+    assert 5 <= elapsed < 6
+    assert [r.path for r in up.requests] == ["/models"]  # it was asked, then given up on
 
 
 def test_discovery_settings_are_checked() -> None:
