@@ -389,3 +389,23 @@ def test_every_client_frame_is_documented() -> None:
     for frame in ClientFrame.__args__:
         assert f"| `{frame.__struct_config__.tag}` |" in doc, frame
     assert "### Provider directory and model discovery" in doc
+
+
+def test_discover_any_url_comes_from_the_gateway_table(tmp_path: pathlib.Path) -> None:
+    from argparse import Namespace
+
+    from llmrt.actors._cli import _gateway_limits
+
+    flags = Namespace(
+        idle_timeout=None,
+        max_connections_per_peer=None,
+        max_pending_bytes=None,
+        max_frame_bytes=None,
+    )
+    config = load_config(write(tmp_path, "[gateway]\ndiscover_any_url = true\n"), environ={})
+    assert _gateway_limits(flags, config.gateway).discover_any_url is True
+    config = load_config(write(tmp_path, ""), environ={})
+    assert _gateway_limits(flags, config.gateway).discover_any_url is False
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, '[gateway]\ndiscover_any_url = "yes"\n'), environ={})
+    assert info.value.line == 2
