@@ -34,6 +34,7 @@ from llmrt import (
     GenerateOptions,
     LlmError,
     Middleware,
+    ModelDiscoveryRequest,
     ReasoningDelta,
     RetryScheduled,
     StreamChunk,
@@ -41,7 +42,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
-from llmrt.adapters.openai_chat import find_preset
+from llmrt.adapters.openai_chat import ModelSpec, find_preset
 
 from . import config as configuration
 from ._abort import AbortController
@@ -186,7 +187,11 @@ def _parser() -> argparse.ArgumentParser:
     providers.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
     _connect_timeout_option(providers)
 
-    models = add("models", "List a provider's models.")
+    models = add(
+        "models",
+        "List a provider's models, discovered from its endpoint where it has a settings "
+        "namespace (the preset's table when the endpoint is unreachable).",
+    )
     models.add_argument("provider", help="provider route")
     models.add_argument("--via", metavar="URL", default=None, help="ask a gateway instead")
     models.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
@@ -239,10 +244,12 @@ def parse_args(
 
 @asynccontextmanager
 async def _configured_runtime(
-    config: configuration.Config,
+    config: configuration.Config, *, environ: dict[str, str] | None = None
 ) -> AsyncIterator[llmrt.LlmRuntime]:
+    """A runtime serving ``config``; keys are read from ``environ`` (default ``os.environ``)."""
     async with llmrt.open_runtime() as rt:
-        await configuration.register_config(rt, config)
+        await configuration.register_config(rt, config, environ=environ)
+        await configuration.register_settings(rt, config, environ=environ)
         yield rt
 
 
@@ -731,6 +738,8 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
             value = getattr(table, name)
         if value is not None:
             settings[name] = value
+    if table.discover_any_url is not None:
+        settings["discover_any_url"] = table.discover_any_url
     return Limits(**settings)
 
 
@@ -751,18 +760,84 @@ async def _providers(
     return 0
 
 
+#: Statuses that say "this endpoint has no model list": the table answers instead.
+_NO_LIST = frozenset({404, 405, 501})
+
+
 async def _models(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
+    """``id<TAB>name<TAB>source`` per model.
+
+    The source is ``discovered:<namespace>`` (the endpoint's own list, asked
+    through the runtime's discovery), ``table`` (the preset's and the file's
+    models, when the endpoint is unreachable or has no list; said on stderr
+    too) or ``adapter`` (a route outside any namespace: its adapter's list).
+    """
     if args.via:
         async with _gateway(args, environ) as client:
-            models = await client.list_models(args.provider)
-    else:
-        async with _configured_runtime(config) as rt:
-            models = await rt.list_models(args.provider)
-    for model in models:
-        out.write(f"{model.id}\t{model.name}\n")
+            directory = await client.list_configurable_providers()
+            live = {p.id for p in await client.list_providers()}
+            return await _show_models(
+                args.provider, directory, live, client.discover_models, client.list_models, out, ()
+            )
+    route = _route_of(config, args.provider)
+    async with _configured_runtime(config, environ=environ) as rt:
+        live = {p.id for p in rt.list_providers()}
+        return await _show_models(
+            route,
+            rt.list_configurable_providers(),
+            live,
+            rt.discover_models,
+            rt.list_models,
+            out,
+            _table_of(config, route),
+        )
+
+
+async def _show_models(
+    route: str,
+    directory: Sequence[llmrt.ConfigurableProvider],
+    live: set[str],
+    discover: Callable[[str, ModelDiscoveryRequest], Any],
+    list_models: Callable[[str], Any],
+    out: TextIO,
+    table: Sequence[ModelSpec],
+) -> int:
+    entry = next((e for e in directory if e.provider == route), None)
+    if entry is None or route not in live:
+        for model in await list_models(route):
+            out.write(f"{model.id}\t{model.name}\tadapter\n")
+        return 0
+    try:
+        found = await discover(entry.settings_ns, ModelDiscoveryRequest(provider=route))
+    except LlmError as exc:
+        failure = exc.failure
+        unreachable = exc.code in (ErrorCode.NETWORK, ErrorCode.TIMEOUT)
+        if not table or not (unreachable or failure.status in _NO_LIST):
+            raise
+        why = "is unreachable" if unreachable else f"has no model list (HTTP {failure.status})"
+        print(
+            f"llmrt: the endpoint of {route!r} {why}: {failure.message}; "
+            "showing the preset's table instead",
+            file=sys.stderr,
+        )
+        for spec in table:
+            out.write(f"{spec.id}\t{spec.name or spec.id}\ttable\n")
+        return 0
+    for model in found:
+        out.write(f"{model.id}\t{model.name or model.id}\tdiscovered:{entry.settings_ns}\n")
     return 0
+
+
+def _table_of(config: configuration.Config, route: str) -> tuple[ModelSpec, ...]:
+    """The models a route knows without its endpoint: the preset's, then the file's."""
+    spec = config.route(route)
+    if spec is None or spec.adapter != "openai_chat":
+        return ()
+    preset = find_preset(spec.preset or "openai-compatible")
+    merged = {m.id: m for m in (*(preset.models if preset else ()), *spec.models)}
+    return tuple(merged.values())
 
 
 # ---- stats -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ __all__ = [
     "ModelTable",
     "RetryTable",
     "GatewayTable",
+    "SettingsTable",
     "Path",
     "format_path",
     "parse_path",
@@ -82,6 +83,18 @@ class ProviderTable(_Table, frozen=True):
     retry: RetryTable | None = None
     default_max_tokens: _Positive | None = None
     tokens_per_second: float | None = None
+    #: The settings namespace the route belongs to (``[settings.NAME]`` or a built-in one).
+    settings_ns: str | None = None
+
+
+class SettingsTable(_Table, frozen=True):
+    """``[settings.NAME]``: one settings namespace, whose routes share a model discovery."""
+
+    #: The list its endpoints are asked for: ``"openai"`` (``GET /models``) or ``"ollama"``.
+    discovery: str = "openai"
+    #: The endpoint asked when a discovery request names neither a route nor a URL.
+    base_url: str | None = None
+    api_key_env: str | None = None
 
 
 class GatewayTable(_Table, frozen=True):
@@ -97,6 +110,8 @@ class GatewayTable(_Table, frozen=True):
     max_pending_bytes: _Positive | None = None
     #: The largest frame in either direction (at least 4096).
     max_frame_bytes: _Positive | None = None
+    #: Let ``discover-models`` frames name any endpoint URL (off: configured endpoints only).
+    discover_any_url: bool | None = None
 
 
 class FileTable(_Table, frozen=True):
@@ -105,6 +120,7 @@ class FileTable(_Table, frozen=True):
     defaults: DefaultsTable = msgspec.field(default_factory=DefaultsTable)
     provider: tuple[ProviderTable, ...] = ()
     gateway: GatewayTable = msgspec.field(default_factory=GatewayTable)
+    settings: dict[str, SettingsTable] = msgspec.field(default_factory=dict)
 
 
 # ---- paths ---------------------------------------------------------------------------------

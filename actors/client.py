@@ -40,13 +40,16 @@ from trio_websocket import (
 
 from llmrt import (
     AttemptChunk,
+    ConfigurableProvider,
     DecodeError,
+    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishError,
     GenerateOptions,
     LlmError,
     LlmFailure,
+    ModelDiscoveryRequest,
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
@@ -69,8 +72,10 @@ from .gateway._protocol import (
     ChunksFrame,
     ClientFrame,
     Codec,
+    DiscoverModelsFrame,
     ErrorFrame,
     HelloFrame,
+    ListConfigurableProvidersFrame,
     ListModelsFrame,
     ListProvidersFrame,
     PartFrame,
@@ -324,6 +329,38 @@ class GatewayClient:
         raw = await self._request(rid, ResolveModelFrame(id=rid, provider=provider, model=model))
         info: ResolvedModelInfo = self._decode(raw, ResolvedModelInfo)
         return info
+
+    async def list_configurable_providers(self) -> tuple[ConfigurableProvider, ...]:
+        """The gateway runtime's provider directory, registered or dormant.
+
+        Raises `LlmError` (``NETWORK``; ``BAD_FRAME`` from a gateway that
+        predates the ``list-configurable-providers`` frame).
+        """
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, ListConfigurableProvidersFrame(id=rid))
+        entries: tuple[ConfigurableProvider, ...] = self._decode(
+            raw, tuple[ConfigurableProvider, ...]
+        )
+        return entries
+
+    async def discover_models(
+        self, settings_ns: str, request: ModelDiscoveryRequest | None = None
+    ) -> tuple[DiscoveredModel, ...]:
+        """Ask the gateway's discovery for ``settings_ns`` what an endpoint serves.
+
+        ``request.api_key`` travels in the frame (use ``wss://`` beyond this
+        machine) and serves this interrogation alone. A gateway refuses a
+        ``base_url`` unless its ``discover_any_url`` is on. Raises `LlmError`
+        (``NO_ADAPTER``: no discovery for the namespace; ``INVALID_REQUEST``,
+        ``NETWORK``, ``TIMEOUT``, the endpoint's classified status, ...).
+        """
+        rid = f"r{next(self._ids)}"
+        frame = DiscoverModelsFrame(
+            id=rid, settings_ns=settings_ns, request=request or ModelDiscoveryRequest()
+        )
+        raw = await self._request(rid, frame)
+        models: tuple[DiscoveredModel, ...] = self._decode(raw, tuple[DiscoveredModel, ...])
+        return models
 
     async def stats(self) -> StatisticsValue:
         """The gateway's statistics snapshot (its runtime's and its own figures).

@@ -11,6 +11,11 @@ environment routes (``deepseek``, ``openai``, ``openai-responses``,
 first when there is one. Local servers (``vllm``, ``ollama``, ...) have no
 key: they are routes only when the file declares them.
 
+Settings namespaces (``[settings.NAME]`` tables, plus the built-in
+``openai-compatible`` and ``ollama``) group OpenAI-compatible routes for
+model discovery; `register_settings` declares every such route as a
+configurable provider and offers one discovery per namespace.
+
 Every problem is one `ConfigError` naming the file, the line and the reason.
 API keys never live in the file (an ``api_key`` key is refused) and their
 values are never read beyond "set and non-empty", logged or echoed.
@@ -41,7 +46,20 @@ from llmrt._nesting import MAX_NESTING, toml_too_deep
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.gemini import GeminiAdapter
-from llmrt.adapters.openai_chat import PRESETS, ModelSpec, OpenAIChatAdapter, find_preset
+from llmrt.adapters.openai_chat import (
+    DISCOVERY_APIS,
+    OLLAMA_NS,
+    OPENAI_COMPATIBLE_NS,
+    PRESETS,
+    DiscoveryEndpoint,
+    EndpointDiscovery,
+    ModelSpec,
+    OpenAIChatAdapter,
+    configurable_provider,
+    discovery_api_of,
+    find_preset,
+    settings_ns_of,
+)
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 
 from ._config_schema import (
@@ -51,11 +69,12 @@ from ._config_schema import (
     Path,
     ProviderTable,
     RetryTable,
+    SettingsTable,
     format_path,
     locate_lines,
     parse_path,
 )
-from ._registry import RegistrationHandle
+from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
 from ._runtime import LlmRuntime
 from ._topology import check_provider_name
 
@@ -63,6 +82,8 @@ __all__ = [
     "ConfigError",
     "Config",
     "RouteSpec",
+    "NamespaceSpec",
+    "BUILTIN_NAMESPACES",
     "AdapterKind",
     "DEFAULT_CONFIG_FILE",
     "CONFIG_ENV_VAR",
@@ -70,6 +91,7 @@ __all__ = [
     "load_config",
     "build_adapter",
     "register_config",
+    "register_settings",
     "describe",
 ]
 
@@ -112,7 +134,7 @@ _COMMON = frozenset({"adapter", "route", "routes", "stream_idle_timeout"})
 _HTTP = frozenset({"base_url", "api_key_env", "display_name", "models", "retry"})
 #: The keys of a ``[[provider]]`` entry each adapter accepts.
 _KEYS: Final[Mapping[str, frozenset[str]]] = {
-    "openai_chat": _COMMON | _HTTP | {"preset"},
+    "openai_chat": _COMMON | _HTTP | {"preset", "settings_ns"},
     "anthropic": _COMMON | _HTTP | {"default_max_tokens"},
     "demo": _COMMON | {"tokens_per_second"},
     "gemini": _COMMON | _HTTP,
@@ -180,11 +202,45 @@ class RouteSpec:
     retry: ResolvedRetryPolicy | None = None
     default_max_tokens: int | None = None
     tokens_per_second: float | None = None
+    #: The settings namespace the file gives (None: the built-in one, see `namespace`).
+    settings_ns: str | None = None
 
     @property
     def providers(self) -> tuple[str, ...]:
         """Every route name this entry registers: ``route`` first, then its aliases."""
         return (self.route, *self.aliases)
+
+    @property
+    def namespace(self) -> str | None:
+        """The settings namespace of an OpenAI-compatible route; None for other adapters.
+
+        ``settings_ns`` when the file gives one, else ``ollama`` for the
+        Ollama preset and ``openai-compatible`` for every other preset.
+        """
+        if self.adapter != "openai_chat":
+            return None
+        return self.settings_ns or settings_ns_of(self.preset)
+
+
+@attrs.frozen
+class NamespaceSpec:
+    """One settings namespace: the list its endpoints are asked for, and a default endpoint.
+
+    ``source`` is ``"built-in"`` or ``"config file line N"``.
+    """
+
+    name: str
+    discovery: str = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    source: str = "built-in"
+
+
+#: The namespaces the OpenAI-compatible adapter always owns (a file may redefine them).
+BUILTIN_NAMESPACES: Final = (
+    NamespaceSpec(OPENAI_COMPATIBLE_NS, discovery_api_of(OPENAI_COMPATIBLE_NS)),
+    NamespaceSpec(OLLAMA_NS, discovery_api_of(OLLAMA_NS)),
+)
 
 
 @attrs.frozen
@@ -201,6 +257,15 @@ class Config:
     keys_set: frozenset[str] = frozenset()
     #: The ``[gateway]`` table (``llmrt serve``'s settings); defaults when absent.
     gateway: GatewayTable = attrs.field(factory=GatewayTable)
+    #: The settings namespaces: the built-in ones, then the file's, by name.
+    settings: tuple[NamespaceSpec, ...] = BUILTIN_NAMESPACES
+
+    def namespace(self, name: str) -> NamespaceSpec | None:
+        """The settings namespace called ``name``, or None."""
+        for spec in self.settings:
+            if spec.name == name:
+                return spec
+        return None
 
     def route(self, name: str) -> RouteSpec | None:
         """The spec that serves route (or alias) ``name``, or None."""
@@ -258,18 +323,26 @@ def load_config(
     routes: list[RouteSpec] = []
     default_idle: float | None = None
     gateway = GatewayTable()
+    namespaces: tuple[NamespaceSpec, ...] = BUILTIN_NAMESPACES
     if text is not None:
         table, ctx.lines = _parse(text, ctx)
         gateway = _check_gateway(ctx, table.gateway)
         default_idle = _check_idle(
             ctx, ("defaults", "stream_idle_timeout"), table.defaults.stream_idle_timeout
         )
-        routes = _file_routes(ctx, table, default_idle)
+        namespaces = _namespaces(ctx, table.settings)
+        routes = _file_routes(ctx, table, default_idle, namespaces)
     routes = _complete(routes, env, default_idle)
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and env.get(spec.api_key_env)
     )
-    return Config(routes=tuple(routes), file=ctx.file, keys_set=keys_set, gateway=gateway)
+    return Config(
+        routes=tuple(routes),
+        file=ctx.file,
+        keys_set=keys_set,
+        gateway=gateway,
+        settings=namespaces,
+    )
 
 
 def _read(file: str, *, explicit: bool) -> str | None:
@@ -309,6 +382,7 @@ def _parse(text: str, ctx: _Context) -> tuple[FileTable, dict[Path, int]]:
         raise ConfigError(ctx.file, line, f"TOML syntax error: {message}", column=col) from None
     ctx.lines = locate_lines(text)
     _refuse_secrets(ctx, raw, ())
+    _check_settings_tables(ctx, raw.get("settings"))
     try:
         table = msgspec.convert(raw, FileTable)
     except msgspec.ValidationError as exc:
@@ -362,6 +436,61 @@ def _from_msgspec(ctx: _Context, message: str) -> ConfigError:
     return ConfigError(ctx.file, line, message)
 
 
+def _check_settings_tables(ctx: _Context, settings: object) -> None:
+    """Convert each ``[settings.NAME]`` alone: msgspec's own path would say ``[...]``, not NAME."""
+    if not isinstance(settings, dict):
+        return  # msgspec reports the whole-table problem
+    for name, value in settings.items():
+        try:
+            msgspec.convert(value, SettingsTable)
+        except msgspec.ValidationError as exc:
+            message = str(exc).replace("`object`", "`table`")
+            found = _MSGSPEC_AT.match(message)
+            reason, inner = (found["reason"], parse_path(found["path"])) if found else (message, ())
+            unknown = _UNKNOWN_FIELD.search(reason)
+            path: Path = ("settings", name, *inner)
+            error = ctx.error((*path, unknown[1]) if unknown else path, reason)
+            raise ConfigError(
+                error.file, error.line, f"{reason} - at `{format_path(path)}`"
+            ) from None
+
+
+def _namespaces(ctx: _Context, settings: Mapping[str, SettingsTable]) -> tuple[NamespaceSpec, ...]:
+    """The built-in namespaces, each replaced by a file table of its name, then the file's."""
+    declared: dict[str, NamespaceSpec] = {}
+    for name, table in settings.items():
+        at: Path = ("settings", name)
+        problem = check_provider_name(name)
+        if problem is not None:
+            raise ctx.error(at, problem.replace("provider route name", "settings namespace name"))
+        if table.discovery not in DISCOVERY_APIS:
+            raise ctx.error(
+                (*at, "discovery"),
+                f"unknown discovery {table.discovery!r}; use "
+                + " or ".join(f'"{api}"' for api in DISCOVERY_APIS),
+            )
+        if table.base_url is not None and not table.base_url.startswith(("http://", "https://")):
+            raise ctx.error((*at, "base_url"), "base_url must start with http:// or https://")
+        if table.api_key_env is not None and not _ENV_NAME.fullmatch(table.api_key_env):
+            raise ctx.error(
+                (*at, "api_key_env"),
+                "api_key_env must be the NAME of an environment variable (letters, digits, '_'), "
+                "not the key itself",
+            )
+        if table.api_key_env is not None and table.base_url is None:
+            raise ctx.error((*at, "api_key_env"), "api_key_env needs a `base_url` to send it to")
+        line = ctx.line_of(at)
+        declared[name] = NamespaceSpec(
+            name=name,
+            discovery=table.discovery,
+            base_url=table.base_url,
+            api_key_env=table.api_key_env,
+            source=f"config file line {line}" if line else "config file",
+        )
+    builtin = tuple(declared.pop(spec.name, spec) for spec in BUILTIN_NAMESPACES)
+    return (*builtin, *declared.values())
+
+
 def _refuse_foreign_keys(ctx: _Context, raw: dict[str, Any]) -> None:
     """Refuse provider keys the entry's adapter does not use (they would be ignored)."""
     entries = raw.get("provider", [])
@@ -409,7 +538,12 @@ def _check_idle(ctx: _Context, path: Path, timeout: float | None) -> float | Non
     return timeout
 
 
-def _file_routes(ctx: _Context, table: FileTable, default_idle: float | None) -> list[RouteSpec]:
+def _file_routes(
+    ctx: _Context,
+    table: FileTable,
+    default_idle: float | None,
+    namespaces: Sequence[NamespaceSpec] = BUILTIN_NAMESPACES,
+) -> list[RouteSpec]:
     routes: list[RouteSpec] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(table.provider):
@@ -440,9 +574,25 @@ def _file_routes(ctx: _Context, table: FileTable, default_idle: float | None) ->
                 retry=_retry(ctx, (*at, "retry"), entry.retry) if entry.retry else None,
                 default_max_tokens=entry.default_max_tokens,
                 tokens_per_second=_tokens_per_second(ctx, at, entry),
+                settings_ns=_settings_ns(ctx, at, entry, namespaces),
             )
         )
     return routes
+
+
+def _settings_ns(
+    ctx: _Context, at: Path, entry: ProviderTable, namespaces: Sequence[NamespaceSpec]
+) -> str | None:
+    if entry.settings_ns is None:
+        return None
+    known = [spec.name for spec in namespaces]
+    if entry.settings_ns not in known:
+        raise ctx.error(
+            (*at, "settings_ns"),
+            f"unknown settings namespace {entry.settings_ns!r}: declare it with "
+            f"[settings.{entry.settings_ns}] (known: {', '.join(known)})",
+        )
+    return entry.settings_ns
 
 
 def _route_names(ctx: _Context, at: Path, entry: ProviderTable) -> tuple[str, ...]:
@@ -708,6 +858,68 @@ async def register_config(
         with trio.move_on_after(_CLEANUP_GRACE, shield=True):
             for handle in reversed(handles):
                 await handle.dispose(drain_timeout=0)
+        raise
+    return handles
+
+
+async def register_settings(
+    runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
+) -> list[DirectoryHandle | DiscoveryHandle]:
+    """Declare ``config``'s configurable providers and offer one discovery per namespace.
+
+    The directory lists every OpenAI-compatible route of ``config`` (each
+    name of it, in its namespace), then, dormant, every hosted preset's
+    zero-config route that ``config`` does not register. Each namespace of
+    `Config.settings` gets an `EndpointDiscovery` that knows its routes'
+    endpoints and key variables (keys are read from ``environ`` per
+    interrogation). All or nothing, like `register_config`: raises
+    `llmrt.LlmError` ``DUPLICATE_ADAPTER`` when the runtime already has a
+    directory entry or a discovery these collide with. A checkpoint.
+    """
+    entries = []
+    routes: dict[str, dict[str, DiscoveryEndpoint]] = {ns.name: {} for ns in config.settings}
+    for index, spec in enumerate(config.routes):
+        ns = spec.namespace
+        if ns is None:
+            continue
+        # The file's routes come first, in file order: the index is the entry's.
+        path = ("provider", str(index)) if spec.source.startswith("config file") else ()
+        found = find_preset(spec.preset or "openai-compatible")
+        base_url = spec.base_url or (found.base_url if found is not None else None)
+        for name in spec.providers:
+            entries.append(
+                configurable_provider(
+                    name,
+                    preset=spec.preset,
+                    settings_ns=ns,
+                    settings_path=path,
+                    display_name=spec.display_name,
+                )
+            )
+            if base_url is not None:
+                endpoint = DiscoveryEndpoint(base_url=base_url, api_key_env=spec.api_key_env)
+                routes[ns][name] = endpoint
+    taken = {name for spec in config.routes for name in spec.providers}
+    for preset in PRESETS.values():
+        if preset.route is not None and preset.route not in taken:
+            entries.append(configurable_provider(preset.route, preset=preset.name))
+            taken.add(preset.route)
+    handles: list[DirectoryHandle | DiscoveryHandle] = []
+    try:
+        if entries:
+            handles.append(await runtime.register_configurable_providers(entries))
+        for space in config.settings:
+            default = None
+            if space.base_url is not None:
+                default = DiscoveryEndpoint(base_url=space.base_url, api_key_env=space.api_key_env)
+            discovery = EndpointDiscovery(
+                api=space.discovery, routes=routes[space.name], default=default, environ=environ
+            )
+            handles.append(await runtime.register_model_discovery(space.name, discovery))
+    except BaseException:
+        with trio.move_on_after(_CLEANUP_GRACE, shield=True):
+            for handle in reversed(handles):
+                await handle.dispose()
         raise
     return handles
 

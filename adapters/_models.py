@@ -7,7 +7,9 @@
   table when the endpoint has no model list. Each adapter supplies only the
   decoding of its list's JSON (`decode_data_list` reads the
   ``{"data": [{"id": ...}]}`` form of OpenAI, compatible servers and
-  Anthropic).
+  Anthropic; `decode_ollama_tags` reads Ollama's native ``/api/tags``).
+* `fetch_entries`: the same bounded ``GET`` returning the raw entries, for
+  model discovery (no table, no fallback: what the endpoint says or an error).
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from llmrt import (
 from ._classify import classify_http_error
 from ._http import body_reads, translate_http_error
 
-__all__ = ["ModelEntry", "ModelSpec", "decode_data_list", "fetch_models", "model_infos"]
+__all__ = [
+    "ModelEntry",
+    "ModelSpec",
+    "decode_data_list",
+    "decode_ollama_tags",
+    "fetch_entries",
+    "fetch_models",
+    "model_infos",
+]
 
 
 @attrs.frozen
@@ -98,6 +108,34 @@ def decode_data_list(body: bytes) -> Sequence[ModelEntry]:
     return _data_list.decode(body).data
 
 
+class _OllamaTag(msgspec.Struct):
+    # ``model`` is the id the chat endpoints take; older servers send only ``name``.
+    name: str | None = None
+    model: str | None = None
+
+
+class _OllamaTags(msgspec.Struct):
+    models: list[_OllamaTag]
+
+
+_ollama_tags = msgspec.json.Decoder(_OllamaTags)
+
+
+def decode_ollama_tags(body: bytes) -> Sequence[ModelEntry]:
+    """Read Ollama's ``GET /api/tags``: ``{"models": [{"name": ..., "model": ...}, ...]}``.
+
+    The id is ``model`` (else ``name``), the name ``name``. Raises
+    `msgspec.DecodeError` for anything else, or for an entry with neither.
+    """
+    entries = []
+    for tag in _ollama_tags.decode(body).models:
+        id = tag.model or tag.name
+        if not id:
+            raise msgspec.DecodeError("an /api/tags entry has neither `model` nor `name`")
+        entries.append(ModelEntry(id=id, name=tag.name))
+    return entries
+
+
 #: The largest model list read, in bytes (the longest known lists are a few hundred KiB).
 MAX_MODEL_LIST = 8 * 1024 * 1024
 #: Statuses that say "this endpoint has no model list" rather than "this request failed".
@@ -138,6 +176,66 @@ def model_infos(
     return tuple(out)
 
 
+async def _get_list(
+    client: httpx.AsyncClient,
+    path: str,
+    headers: Mapping[str, str],
+    params: Mapping[str, str] | None,
+) -> tuple[int, httpx.Headers, bytes]:
+    """``GET path``: its status, headers and body (cut after `MAX_MODEL_LIST` + 1 bytes)."""
+    try:
+        async with client.stream("GET", path, headers=dict(headers), params=params) as response:
+            status, response_headers = response.status_code, response.headers
+            body = bytearray()
+            # Inflated a bounded step at a time (`body_reads`), so a compressed bomb stops here.
+            async with aclosing(body_reads(response)) as reads:
+                async for piece in reads:
+                    body += piece
+                    if len(body) > MAX_MODEL_LIST:
+                        break
+    except httpx.HTTPError as exc:
+        raise translate_http_error(exc) from None
+    return status, response_headers, bytes(body)
+
+
+def _entries(
+    status: int,
+    response_headers: httpx.Headers,
+    body: bytes,
+    *,
+    provider_kind: str,
+    decode: Callable[[bytes], Sequence[ModelEntry]],
+) -> Sequence[ModelEntry]:
+    if status >= 300:
+        raise LlmError.from_failure(
+            classify_http_error(provider_kind, status, response_headers, body[:65536])
+        )
+    if len(body) > MAX_MODEL_LIST:
+        raise LlmError(ErrorCode.PROTOCOL, f"the model list is larger than {MAX_MODEL_LIST} bytes")
+    try:
+        return decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise LlmError(ErrorCode.PROTOCOL, f"unreadable model list: {exc}") from None
+
+
+async def fetch_entries(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    provider_kind: str,
+    headers: Mapping[str, str],
+    decode: Callable[[bytes], Sequence[ModelEntry]] = decode_data_list,
+) -> Sequence[ModelEntry]:
+    """``GET path`` and return the entries ``decode`` reads from it.
+
+    Raises `LlmError` as `fetch_models` does, but every error status is an
+    error here (discovery reports what the endpoint serves, never a table).
+    A checkpoint.
+    """
+    status, response_headers, body = await _get_list(client, path, headers, None)
+    return _entries(status, response_headers, body, provider_kind=provider_kind, decode=decode)
+
+
 async def fetch_models(
     client: httpx.AsyncClient,
     path: str,
@@ -158,29 +256,12 @@ async def fetch_models(
     list ``decode`` cannot read or one above `MAX_MODEL_LIST` bytes, or a
     translated transport error. A checkpoint.
     """
-    try:
-        async with client.stream("GET", path, headers=dict(headers), params=params) as response:
-            status, response_headers = response.status_code, response.headers
-            body = bytearray()
-            # Inflated a bounded step at a time (`body_reads`), so a compressed bomb stops here.
-            async with aclosing(body_reads(response)) as reads:
-                async for piece in reads:
-                    body += piece
-                    if len(body) > MAX_MODEL_LIST:
-                        break
-    except httpx.HTTPError as exc:
-        raise translate_http_error(exc) from None
+    status, response_headers, body = await _get_list(client, path, headers, params)
+    entries: Sequence[ModelEntry]
     if status in _NO_LIST and table:
-        entries: Sequence[ModelEntry] = [ModelEntry(id=model) for model in table]
-    elif status >= 300:
-        raise LlmError.from_failure(
-            classify_http_error(provider_kind, status, response_headers, bytes(body[:65536]))
-        )
-    elif len(body) > MAX_MODEL_LIST:
-        raise LlmError(ErrorCode.PROTOCOL, f"the model list is larger than {MAX_MODEL_LIST} bytes")
+        entries = [ModelEntry(id=model) for model in table]
     else:
-        try:
-            entries = decode(bytes(body))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise LlmError(ErrorCode.PROTOCOL, f"unreadable model list: {exc}") from None
+        entries = _entries(
+            status, response_headers, body, provider_kind=provider_kind, decode=decode
+        )
     return model_infos(provider, entries, table, default_modalities=default_modalities)

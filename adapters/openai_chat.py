@@ -13,21 +13,35 @@ See ``docs/adapters.md`` for each preset's reasoning form and usage rule.
 
 One adapter instance holds one ``httpx.AsyncClient`` (one connection pool)
 for its endpoint; `aclose` closes it.
+
+Model discovery (`EndpointDiscovery`): the adapter owns two settings
+namespaces, ``openai-compatible`` (``GET {base_url}/models``) and ``ollama``
+(Ollama's native ``GET /api/tags``; ``/v1/models`` works too). A host offers
+them with ``LlmRuntime.register_model_discovery`` (``llmrt.toml`` does it
+for its routes, see ``docs/configuration.md``) and declares the routes with
+`configurable_provider`.
 """
 
 from __future__ import annotations
 
+import math
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Final
 
 import attrs
 import httpx
 import msgspec
+import trio
 
 from llmrt import (
     Adapter,
+    ConfigurableProvider,
+    DiscoveredModel,
+    ErrorCode,
     GenerateOptions,
     LlmError,
+    ModelDiscoveryRequest,
     ModelInfo,
     ProviderInfo,
     Redactor,
@@ -44,11 +58,34 @@ from ._http import (
     read_api_key,
     stream_events,
 )
-from ._models import ModelSpec, fetch_models
+from ._models import (
+    ModelEntry,
+    ModelSpec,
+    decode_data_list,
+    decode_ollama_tags,
+    fetch_entries,
+    fetch_models,
+)
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
 from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
 
-__all__ = ["ModelSpec", "Preset", "PRESETS", "PRESET_ALIASES", "find_preset", "OpenAIChatAdapter"]
+__all__ = [
+    "ModelSpec",
+    "Preset",
+    "PRESETS",
+    "PRESET_ALIASES",
+    "find_preset",
+    "OpenAIChatAdapter",
+    "DISCOVERY_APIS",
+    "OPENAI_COMPATIBLE_NS",
+    "OLLAMA_NS",
+    "DISCOVERY_TIMEOUT",
+    "DiscoveryEndpoint",
+    "EndpointDiscovery",
+    "discovery_api_of",
+    "settings_ns_of",
+    "configurable_provider",
+]
 
 
 class _OpenAIEvents(SSEFeed):
@@ -177,3 +214,161 @@ class OpenAIChatAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+# ---- model discovery ---------------------------------------------------------------------
+
+#: The model lists discovery reads: ``openai`` is ``GET {base_url}/models``,
+#: ``ollama`` is Ollama's native ``GET {server}/api/tags``.
+DISCOVERY_APIS: Final = ("openai", "ollama")
+#: The settings namespace of every OpenAI-compatible route but Ollama's.
+OPENAI_COMPATIBLE_NS: Final = "openai-compatible"
+#: The settings namespace of Ollama routes (discovered through ``/api/tags``).
+OLLAMA_NS: Final = "ollama"
+#: Seconds one interrogation may take, connect to last byte.
+DISCOVERY_TIMEOUT: Final = 15.0
+
+
+def settings_ns_of(preset: str | None) -> str:
+    """The built-in settings namespace of a route of ``preset``."""
+    found = find_preset(preset or "openai-compatible")
+    return OLLAMA_NS if found is not None and found.kind == "ollama" else OPENAI_COMPATIBLE_NS
+
+
+def discovery_api_of(settings_ns: str) -> str:
+    """The list a built-in namespace reads (``openai`` for any namespace but ``ollama``)."""
+    return "ollama" if settings_ns == OLLAMA_NS else "openai"
+
+
+def configurable_provider(
+    route: str,
+    *,
+    preset: str | None,
+    settings_ns: str | None = None,
+    settings_path: tuple[str, ...] = (),
+    display_name: str | None = None,
+) -> ConfigurableProvider:
+    """The directory entry of one OpenAI-compatible route.
+
+    ``declared`` is True for the ``openai-compatible`` preset (the adapter
+    knows the endpoint only from configuration), False for a named preset.
+    """
+    found = find_preset(preset or "openai-compatible")
+    assert found is not None, preset
+    return ConfigurableProvider(
+        provider=route,
+        display_name=display_name or found.display_name,
+        settings_ns=settings_ns or settings_ns_of(preset),
+        settings_path=settings_path,
+        declared=found.name == "openai-compatible",
+    )
+
+
+@attrs.frozen
+class DiscoveryEndpoint:
+    """A configured endpoint discovery may interrogate: a route's, or a namespace's default."""
+
+    base_url: str
+    api_key_env: str | None = None
+    #: The list to read (one of `DISCOVERY_APIS`); None: the namespace's.
+    api: str | None = None
+
+
+@attrs.define(eq=False)
+class EndpointDiscovery:
+    """The ``discover`` callable of one settings namespace (``register_model_discovery``).
+
+    A request naming a configured ``provider`` (and no ``baseURL``) asks that
+    route's endpoint, with the key of its ``api_key_env``; otherwise the
+    request's ``baseURL`` (else ``default``) is asked, with the request's
+    ``apiKey`` if any. ``api`` (the request's, else the endpoint's, else
+    this namespace's) picks the list. The key is sent as ``Authorization:
+    Bearer`` and removed from every failure message.
+
+    One interrogation is one ``GET``, bounded by `DISCOVERY_TIMEOUT` seconds
+    and `llmrt.adapters._models.MAX_MODEL_LIST` bytes. Raises `LlmError`:
+    ``INVALID_REQUEST`` (no endpoint, an unknown ``api``, a URL that is not
+    http(s)), ``TIMEOUT``, ``NETWORK``, ``PROTOCOL`` or the endpoint's
+    classified error status.
+    """
+
+    api: str = "openai"
+    routes: Mapping[str, DiscoveryEndpoint] = attrs.field(factory=dict)
+    default: DiscoveryEndpoint | None = None
+    timeout: float = DISCOVERY_TIMEOUT
+    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
+    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.api not in DISCOVERY_APIS:
+            raise ValueError(f"unknown discovery api {self.api!r}; known: {DISCOVERY_APIS}")
+        if not 0 < self.timeout < math.inf:
+            raise ValueError("timeout must be a positive, finite number of seconds")
+
+    def _endpoint(self, request: ModelDiscoveryRequest) -> tuple[str, str, str | None]:
+        """(base URL, api, key) of ``request``; reads a configured key only here."""
+        configured = None
+        if request.base_url is None:
+            configured = (
+                self.routes.get(request.provider) if request.provider is not None else None
+            ) or self.default
+        if configured is not None:
+            base_url, api = configured.base_url, request.api or configured.api or self.api
+            key = request.api_key
+            if key is None and configured.api_key_env:
+                key = read_api_key(configured.api_key_env, self.environ)
+        elif request.base_url is not None:
+            base_url, api, key = request.base_url, request.api or self.api, request.api_key
+        else:
+            named = f" {request.provider!r}" if request.provider is not None else ""
+            raise LlmError(
+                ErrorCode.INVALID_REQUEST,
+                f"discovery needs a baseURL: the provider{named} is not configured here",
+            )
+        if api not in DISCOVERY_APIS:
+            raise LlmError(
+                ErrorCode.INVALID_REQUEST,
+                f"unknown discovery api {api[:40]!r}; known: {', '.join(DISCOVERY_APIS)}",
+            )
+        if not base_url.startswith(("http://", "https://")):
+            raise LlmError(ErrorCode.INVALID_REQUEST, "baseURL must start with http:// or https://")
+        return base_url.rstrip("/"), api, key
+
+    async def __call__(self, request: ModelDiscoveryRequest) -> tuple[DiscoveredModel, ...]:
+        redactor = Redactor((request.api_key,))
+        try:
+            base_url, api, key = self._endpoint(request)
+            redactor = redactor.with_secrets((key,))
+            return await self._ask(base_url, api, key)
+        except LlmError as exc:
+            raise redactor.error(exc) from None
+
+    async def _ask(self, base_url: str, api: str, key: str | None) -> tuple[DiscoveredModel, ...]:
+        headers = {"Accept": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        if api == "ollama":
+            # /api/tags lives at the server's root, beside the /v1 of its OpenAI API.
+            base_url = base_url.removesuffix("/v1")
+            path, decode = "/api/tags", decode_ollama_tags
+        else:
+            path, decode = "/models", decode_data_list
+        timeout = httpx.Timeout(self.timeout)
+        entries: Sequence[ModelEntry] = ()
+        async with make_client(
+            base_url, timeout=timeout, transport=self.transport, ssl_context=self.ssl_context
+        ) as client:
+            with trio.move_on_after(self.timeout) as scope:
+                entries = await fetch_entries(
+                    client, path, provider_kind=api, headers=headers, decode=decode
+                )
+        if scope.cancelled_caught:
+            raise LlmError(
+                ErrorCode.TIMEOUT, f"the endpoint did not list its models in {self.timeout:g} s"
+            )
+        return tuple(
+            DiscoveredModel(id=entry.id, name=entry.display_name or entry.name)
+            for entry in entries
+            if entry.id
+        )

@@ -36,6 +36,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 from llmrt import (
     AttemptChunk,
     DecodeError,
+    DiscoveredModel,
     ErrorCode,
     Finish,
     GenerateOptions,
@@ -62,10 +63,12 @@ from ._protocol import (
     CallFrame,
     CloseRequest,
     Codec,
+    DiscoverModelsFrame,
     ErrorFrame,
     GatewayErrorCode,
     HelloFrame,
     Limits,
+    ListConfigurableProvidersFrame,
     ListModelsFrame,
     ListProvidersFrame,
     PingFrame,
@@ -378,7 +381,19 @@ class Connection:
                 self._idle_since = trio.current_time()  # a request, answered at once
                 providers = self.state.runtime.list_providers()
                 await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(providers)))
-            case ListModelsFrame() | ResolveModelFrame():
+            case ListConfigurableProvidersFrame():
+                self._idle_since = trio.current_time()  # a request, answered at once
+                directory = self.state.runtime.list_configurable_providers()
+                await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(directory)))
+            case DiscoverModelsFrame() if (
+                frame.request.base_url is not None and not self.state.limits.discover_any_url
+            ):
+                message = (
+                    "this gateway asks only configured endpoints: name a `provider` "
+                    "(or set discover_any_url in its [gateway] settings)"
+                )
+                await self._reply(_error(ErrorCode.INVALID_REQUEST, message, frame.id))
+            case ListModelsFrame() | ResolveModelFrame() | DiscoverModelsFrame():
                 if await self._admit(frame.id):
                     request = _Request(frame.id, scope=trio.CancelScope())
                     self._add(request)
@@ -577,22 +592,30 @@ class Connection:
             self._forget(request)
 
     async def _run_metadata(
-        self, request: _Request, frame: ListModelsFrame | ResolveModelFrame
+        self, request: _Request, frame: ListModelsFrame | ResolveModelFrame | DiscoverModelsFrame
     ) -> None:
         assert request.scope is not None
         runtime = self.state.runtime
+        redactor = self.state.redactor
         reply: ServerFrame = _error(ErrorCode.ABORTED, "the request was aborted", request.id)
         try:
             try:
                 with request.scope:
-                    value: tuple[ModelInfo, ...] | ResolvedModelInfo
-                    if isinstance(frame, ListModelsFrame):
-                        value = await runtime.list_models(frame.provider)
-                    else:
-                        value = await runtime.resolve_model_info(frame.provider, frame.model)
+                    value: tuple[ModelInfo, ...] | ResolvedModelInfo | tuple[DiscoveredModel, ...]
+                    match frame:
+                        case ListModelsFrame():
+                            value = await runtime.list_models(frame.provider)
+                        case ResolveModelFrame():
+                            value = await runtime.resolve_model_info(frame.provider, frame.model)
+                        case DiscoverModelsFrame():
+                            # The client's key for this interrogation: never in a reply.
+                            redactor = redactor.with_secrets((frame.request.api_key,))
+                            value = await runtime.discover_models(frame.settings_ns, frame.request)
+                        case _:
+                            assert_never(frame)
                     reply = ResultFrame(id=request.id, value=self.codec.raw(value))
             except LlmError as exc:
-                message = self.state.redactor.redact(exc.failure.message)
+                message = redactor.redact(exc.failure.message)
                 reply = _error(exc.code, message, request.id)
             except Exception as exc:
                 log.warning("request %r failed: %s", request.id, type(exc).__name__)

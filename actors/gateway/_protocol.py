@@ -24,6 +24,7 @@ from llmrt import (
     DecodeError,
     GenerateOptions,
     LlmFailure,
+    ModelDiscoveryRequest,
     ReasoningDelta,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -53,6 +54,8 @@ __all__ = [
     "ResolveModelFrame",
     "PingFrame",
     "StatsFrame",
+    "ListConfigurableProvidersFrame",
+    "DiscoverModelsFrame",
     "ClientFrame",
     "HelloFrame",
     "ChunkFrame",
@@ -162,6 +165,11 @@ class Limits:
     #: Bytes of encoded chunks a connection may hold for its writer; a call
     #: that finds the budget spent waits (backpressure up to its upstream).
     max_pending_bytes: int = 4 << 20
+    #: Whether a ``discover-models`` frame may name a ``baseURL``: the gateway
+    #: would then GET a URL its client chose. Off, only configured endpoints
+    #: (a request's ``provider``, a namespace's ``base_url``) are asked. A
+    #: policy, not a limit: not announced.
+    discover_any_url: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -273,6 +281,23 @@ class StatsFrame(_Frame, frozen=True, tag="stats"):
     id: _Id
 
 
+class ListConfigurableProvidersFrame(_Frame, frozen=True, tag="list-configurable-providers"):
+    """Ask for the provider directory (a ``result``: ``ConfigurableProvider[]``)."""
+
+    id: _Id
+
+
+class DiscoverModelsFrame(_Frame, frozen=True, tag="discover-models"):
+    """Ask the discovery of ``settingsNs`` what an endpoint serves (``DiscoveredModel[]``).
+
+    ``request.apiKey`` is used for this interrogation alone and never echoed.
+    """
+
+    id: _Id
+    settings_ns: _Name
+    request: ModelDiscoveryRequest = msgspec.field(default_factory=ModelDiscoveryRequest)
+
+
 ClientFrame = (
     CallFrame
     | AbortFrame
@@ -281,6 +306,8 @@ ClientFrame = (
     | ResolveModelFrame
     | PingFrame
     | StatsFrame
+    | ListConfigurableProvidersFrame
+    | DiscoverModelsFrame
 )
 _CLIENT_TAGS = frozenset(cls.__struct_config__.tag for cls in ClientFrame.__args__)
 
