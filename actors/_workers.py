@@ -64,8 +64,8 @@ import attrs
 import msgspec
 import trio
 
-from . import config as configuration
 from ._worker_figures import SNAPSHOT_SECONDS, SharedFigures, retire
+from .app import config as configuration
 from .gateway._metrics import Figures
 
 __all__ = ["WorkerSpec", "run_worker", "supervise", "worker_main"]
@@ -85,7 +85,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     ``argv`` is the supervisor's own ``llmrt serve ...`` command line: the
     worker parses it again, so that every ``serve`` option reaches every
-    worker through `llmrt.actors._cli.serve_options`, as in a single process.
+    worker through `llmrt.actors.app.cli.serve_options`, as in a single process.
     Paths in it are relative to the working directory, which workers share.
     """
 
@@ -125,7 +125,7 @@ async def _publish_every(
 
 async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     """One worker: a gateway on the shared port until SIGTERM (or its supervisor leaves)."""
-    from ._cli import (
+    from .app.cli import (
         _configured_runtime,
         parse_args,
         serve_middleware,

@@ -59,7 +59,7 @@ from llmrt import (
 from ._blocks import Block, BlockKind, BlockTracker
 from ._bodies import describe_json_error
 from ._classify import classify_stream_error
-from ._openai_wire import image_placeholder, system_prompt
+from ._prompt import image_placeholder, system_prompt
 
 #: Replay state that cannot be used is reported here (WARNING), never raised:
 #: the message is sent as provider-neutral content instead.

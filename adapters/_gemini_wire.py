@@ -58,7 +58,7 @@ from llmrt import (
 
 from ._blocks import Block, BlockKind, BlockTracker
 from ._classify import classify_stream_error
-from ._openai_wire import image_placeholder, system_prompt
+from ._prompt import image_placeholder, system_prompt
 
 __all__ = [
     "GENERATED_CALL_ID_PREFIX",

@@ -52,8 +52,9 @@ from llmrt import (
 from ._blocks import Block, BlockTracker
 from ._bodies import describe_json_error
 from ._classify import classify_stream_error
+from ._prompt import image_placeholder, system_prompt
 
-__all__ = ["OpenAIStreamDecoder", "build_openai_body", "image_placeholder", "system_prompt"]
+__all__ = ["OpenAIStreamDecoder", "build_openai_body"]
 
 
 # --- provider structs: only the fields we read; unknown fields are ignored ---
@@ -413,31 +414,6 @@ class OpenAIStreamDecoder:
 
 
 # --- request body -------------------------------------------------------------
-
-
-def image_placeholder(image: ImageBlock) -> str:
-    """The text that stands for an image on a route that cannot see images."""
-    return f"[image: {image.media_type}]"
-
-
-def system_prompt(options: GenerateOptions) -> str:
-    """The system prompt: ``options.system``, then the text of every system-role message.
-
-    System-role messages inside ``options.messages`` are folded into the one
-    system prompt, in order, separated by blank lines (images in them become
-    placeholders), so every provider sees a single system slot first.
-    """
-    parts = [options.system] if options.system else []
-    for message in options.messages:
-        if message.role != "system":
-            continue
-        for block in message.content:
-            if type(block) is TextBlock:
-                if block.text:
-                    parts.append(block.text)
-            elif type(block) is ImageBlock:
-                parts.append(image_placeholder(block))
-    return "\n\n".join(parts)
 
 
 def _image_part(image: ImageBlock) -> dict[str, Any]:

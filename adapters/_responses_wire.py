@@ -56,7 +56,7 @@ from llmrt import (
 
 from ._blocks import Block, BlockTracker
 from ._classify import classify_stream_error
-from ._openai_wire import image_placeholder, system_prompt
+from ._prompt import image_placeholder, system_prompt
 
 __all__ = ["ResponsesStreamDecoder", "build_responses_body"]
 

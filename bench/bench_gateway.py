@@ -53,7 +53,7 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
 from llmrt.adapters.scripted import ScriptedAdapter, Stall, text_script
 

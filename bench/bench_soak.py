@@ -67,7 +67,7 @@ from llmrt import (
     StreamChunk,
     user_message,
 )
-from llmrt.actors.client import GatewayClient, open_gateway_client
+from llmrt.actors.app.client import GatewayClient, open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter

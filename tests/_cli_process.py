@@ -15,7 +15,7 @@ import sys
 import attrs
 import trio
 
-CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 
 
 @attrs.define(eq=False)

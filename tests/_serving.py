@@ -1,6 +1,6 @@
 """Helpers for tests that run ``llmrt serve`` as real processes (workers, nginx).
 
-`serving` starts ``python -m llmrt.actors._cli serve ...`` and reads its
+`serving` starts ``python -m llmrt.actors.app.cli serve ...`` and reads its
 output lines as they come; `http_get` speaks plain HTTP/1.1 to a port;
 `metric` reads one sample of a Prometheus text page; `slow_demo_config`
 writes a config whose ``slow`` route is the demo model at a chosen pace.
@@ -97,7 +97,7 @@ class Served:
 @asynccontextmanager
 async def serving(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Served]:
     """Run ``llmrt serve ARGS`` for the block; SIGTERM (then SIGKILL) when the block ends."""
-    command = [sys.executable, "-m", "llmrt.actors._cli", "serve", "--port", "0", *args]
+    command = [sys.executable, "-m", "llmrt.actors.app.cli", "serve", "--port", "0", *args]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=full_env)
     served = Served(proc)

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 import llmrt
-from llmrt.actors._cli import main
+from llmrt.actors.app.cli import main
 
-CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 
 
 def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str]:

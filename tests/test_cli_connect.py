@@ -21,7 +21,7 @@ from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import ErrorCode, LlmError
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.demo import DemoAdapter
 

@@ -11,8 +11,8 @@ import trio
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, GenerateOptions
-from llmrt.actors._cli import main
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.cli import main
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
 from llmrt.adapters.scripted import ScriptedAdapter, Stall
 

@@ -20,8 +20,8 @@ from llmrt import (
     NormalRetryPolicy,
     TextDelta,
 )
-from llmrt.actors._config_schema import format_path, locate_lines, parse_path
-from llmrt.actors.config import (
+from llmrt.actors.app._schema import format_path, locate_lines, parse_path
+from llmrt.actors.app.config import (
     BUILTIN_DEMO_TOKENS_PER_SECOND,
     Config,
     ConfigError,

@@ -22,9 +22,9 @@ from test_discovery import KEY, OLLAMA_TAGS, closed_port, ollama_router
 
 import llmrt
 from llmrt import ConfigurableProvider, DiscoveredModel, ErrorCode, ModelDiscoveryRequest
-from llmrt.actors._cli import main
-from llmrt.actors.client import open_gateway_client
-from llmrt.actors.config import (
+from llmrt.actors.app.cli import main
+from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.config import (
     Config,
     ConfigError,
     load_config,
@@ -394,7 +394,7 @@ def test_every_client_frame_is_documented() -> None:
 def test_discover_any_url_comes_from_the_gateway_table(tmp_path: pathlib.Path) -> None:
     from argparse import Namespace
 
-    from llmrt.actors._cli import _gateway_limits
+    from llmrt.actors.app.cli import _gateway_limits
 
     flags = Namespace(
         idle_timeout=None,

@@ -23,7 +23,7 @@ from trio_websocket import ConnectionRejected, open_websocket_url
 
 import llmrt
 from llmrt import LlmError
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._counters import GatewayCounters, RefusalCause, payload_bytes

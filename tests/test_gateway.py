@@ -39,7 +39,7 @@ from llmrt import (
     StreamChunk,
     TextDelta,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._protocol import (
     JSON,

@@ -41,7 +41,7 @@ from llmrt import (
     ToolCallDelta,
     UsageChunk,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._connection import IDLE_CLOSE_REASON
 from llmrt.actors.gateway._protocol import JSON, MSGPACK, split_delta

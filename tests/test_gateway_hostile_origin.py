@@ -19,9 +19,9 @@ import pytest
 import trio
 
 import llmrt
-from llmrt.actors._cli import _gateway_limits, _parser, main
-from llmrt.actors.client import open_gateway_client
-from llmrt.actors.config import ConfigError, load_config
+from llmrt.actors.app.cli import _gateway_limits, _parser, main
+from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._origin import (
     LogThrottle,

@@ -22,7 +22,7 @@ from llmrt import (
     NormalRetryPolicy,
     RetryScheduled,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, text_script
 

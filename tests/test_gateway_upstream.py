@@ -17,7 +17,7 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt import Finish, FinishAborted, GenerateOptions
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.testing import SSEScript, Upstream, open_upstream, openai_events

@@ -34,7 +34,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
 from llmrt import Finish, FinishError, FinishStop, GenerateOptions, TextDelta
-from llmrt.actors.client import GatewayClient, open_gateway_client
+from llmrt.actors.app.client import GatewayClient, open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmrt.actors._cli import _route_of
-from llmrt.actors.config import load_config
+from llmrt.actors.app.cli import _route_of
+from llmrt.actors.app.config import load_config
 from llmrt.adapters.openai_chat import OpenAIChatAdapter, find_preset
 
 KEY = {"DEEPSEEK_API_KEY": "sk-test"}

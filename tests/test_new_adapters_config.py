@@ -16,9 +16,9 @@ import pytest
 import trio
 
 import llmrt
-from llmrt.actors._cli import main
-from llmrt.actors.client import open_gateway_client
-from llmrt.actors.config import ConfigError, build_adapter, load_config, register_config
+from llmrt.actors.app.cli import main
+from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.config import ConfigError, build_adapter, load_config, register_config
 from llmrt.actors.gateway import Limits, serve_gateway
 from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter

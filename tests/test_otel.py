@@ -38,7 +38,7 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.otel import current_traceparent, otel_middleware
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, Stall, text_script
 
@@ -565,8 +565,8 @@ def test_llmrt_imports_without_opentelemetry() -> None:
     code = (
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
-        "import llmrt, llmrt.actors, llmrt.actors.client, llmrt.actors.gateway\n"
-        "import llmrt.actors._cli\n"
+        "import llmrt, llmrt.actors, llmrt.actors.app.client, llmrt.actors.gateway\n"
+        "import llmrt.actors.app.cli\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry') and sys.modules[m]]\n"
         "try:\n"
         "    import llmrt.actors.otel\n"
@@ -587,8 +587,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 import llmrt
-from llmrt.actors import _cli, config as configuration
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app import cli as _cli
+from llmrt.actors.app import config as configuration
+from llmrt.actors.app.client import open_gateway_client
 
 # What opentelemetry-instrument (or the application) does: global SDK providers.
 exporter = InMemorySpanExporter()
@@ -635,7 +636,7 @@ def test_serve_otel_without_the_extra_says_how_to_get_it() -> None:
     code = (
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
-        "from llmrt.actors._cli import main\n"
+        "from llmrt.actors.app.cli import main\n"
         "sys.exit(main(['serve', '--port', '0', '--otel'], environ={}))\n"
     )
     done = subprocess.run(

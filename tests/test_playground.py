@@ -44,7 +44,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 import llmrt.actors.gateway
 from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
 
-CLI = [sys.executable, "-m", "llmrt.actors._cli"]
+CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 PAGE_DIR = pathlib.Path(llmrt.actors.gateway.__file__).parent / "playground"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCREENSHOT = REPO / "docs" / "playground.png"

@@ -19,8 +19,8 @@ import trio
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, FinishError, GenerateOptions, StreamChunk
-from llmrt.actors._cli import main
-from llmrt.actors.config import describe, load_config
+from llmrt.actors.app.cli import main
+from llmrt.actors.app.config import describe, load_config
 from llmrt.adapters._openai_wire import DIALECTS
 from llmrt.adapters._presets import PRESETS
 from llmrt.adapters.anthropic import AnthropicAdapter
@@ -210,7 +210,7 @@ async def test_a_tool_loop_goes_out_field_by_field(preset: str) -> None:
 def test_llmrt_call_defaults_to_a_presets_first_model(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llmrt.actors._cli import _default_model
+    from llmrt.actors.app.cli import _default_model
 
     monkeypatch.chdir(tmp_path)  # no llmrt.toml here
     config = load_config(environ={"GROQ_API_KEY": KEY})

@@ -19,8 +19,8 @@ from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import REDACTED, ErrorCode, Finish, FinishError, GenerateOptions, Redactor, StreamChunk
-from llmrt.actors import config as configuration
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app import config as configuration
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.gemini import GeminiAdapter

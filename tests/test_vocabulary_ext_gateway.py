@@ -31,7 +31,7 @@ from llmrt import (
     ToolResultBlock,
     UsageChunk,
 )
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.adapters.scripted import ScriptedAdapter
 

@@ -30,8 +30,8 @@ from _serving import (
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, FinishError, FinishStop
-from llmrt.actors._cli import main
-from llmrt.actors.client import open_gateway_client
+from llmrt.actors.app.cli import main
+from llmrt.actors.app.client import open_gateway_client
 
 
 @attrs.define

@@ -3,7 +3,7 @@
 Pure logic: no I/O. The schema mirrors the file's tables one to one, with
 snake_case keys and ``forbid_unknown_fields`` so a typo is an error, not a
 silently ignored setting. Semantic checks (known adapters, presets, routes,
-retry values) live in `llmrt.actors.config`.
+retry values) live in `llmrt.actors.app.config`.
 """
 
 from __future__ import annotations

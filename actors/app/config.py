@@ -62,7 +62,10 @@ from llmrt.adapters.openai_chat import (
 )
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 
-from ._config_schema import (
+from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
+from .._runtime import LlmRuntime
+from .._topology import check_provider_name
+from ._schema import (
     FileTable,
     GatewayTable,
     ModelTable,
@@ -74,9 +77,6 @@ from ._config_schema import (
     locate_lines,
     parse_path,
 )
-from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
-from ._runtime import LlmRuntime
-from ._topology import check_provider_name
 
 __all__ = [
     "ConfigError",
@@ -512,8 +512,8 @@ def _refuse_foreign_keys(ctx: _Context, raw: dict[str, Any]) -> None:
 
 
 def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
-    from .gateway._origin import OriginPolicy
-    from .gateway._protocol import MIN_FRAME_BYTES
+    from ..gateway._origin import OriginPolicy
+    from ..gateway._protocol import MIN_FRAME_BYTES
 
     for index, entry in enumerate(table.allow_origin):
         try:

@@ -44,13 +44,13 @@ from llmrt import (
 )
 from llmrt.adapters.openai_chat import ModelSpec, find_preset
 
+from .._abort import AbortController
 from . import config as configuration
-from ._abort import AbortController
 
 if TYPE_CHECKING:
-    from ._config_schema import GatewayTable
-    from .gateway import GatewayServer, Limits
-    from .gateway._snapshot import HistogramValue, StatisticsValue
+    from ..gateway import GatewayServer, Limits
+    from ..gateway._snapshot import HistogramValue, StatisticsValue
+    from ._schema import GatewayTable
 
 __all__ = ["main"]
 
@@ -629,8 +629,8 @@ async def _serve_workers(
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    from ._workers import supervise
-    from .gateway._server import _is_loopback
+    from .._workers import supervise
+    from ..gateway._server import _is_loopback
 
     token = serve_options(args, config, environ)["token"]
     if token is None and not _is_loopback(args.host):
@@ -664,7 +664,7 @@ async def _serve_workers(
 def _otel_middleware() -> Middleware:
     """The OpenTelemetry middleware of ``serve --otel``; a clear error without the extra."""
     try:
-        from .otel import otel_middleware
+        from ..otel import otel_middleware
     except ImportError:
         raise ValueError('--otel needs the OpenTelemetry API: pip install "llmrt[otel]"') from None
     return otel_middleware()
@@ -684,8 +684,8 @@ async def _serve(
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    from .gateway import serve_gateway
-    from .gateway._server import _is_loopback
+    from ..gateway import serve_gateway
+    from ..gateway._server import _is_loopback
 
     token = environ.get(args.token_env) or None
     if token is None and not _is_loopback(args.host):
@@ -724,7 +724,7 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
 
     Raises `ValueError` for a value the limits refuse.
     """
-    from .gateway import Limits
+    from ..gateway import Limits
 
     settings: dict[str, Any] = {}
     for name in (
@@ -905,7 +905,7 @@ async def _stats(
         async with _gateway(args, environ) as client:
             value = await client.stats()
     else:
-        from .gateway._snapshot import statistics_value
+        from ..gateway._snapshot import statistics_value
 
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")

@@ -57,8 +57,8 @@ from llmrt import (
     RetryScheduled,
 )
 
-from ._tracecontext import valid_traceparent
-from .gateway._protocol import (
+from .._tracecontext import valid_traceparent
+from ..gateway._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
     MAX_ABORT_REASON,
@@ -86,7 +86,7 @@ from .gateway._protocol import (
     StatsFrame,
     ends_request,
 )
-from .gateway._snapshot import StatisticsValue
+from ..gateway._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
