@@ -1,6 +1,7 @@
 """Model tables and model-list fetching, shared by the HTTP adapters.
 
-* `ModelSpec`: what an adapter knows about one model (a preset's table row).
+* `ModelSpec` (defined in `llmrt.adapters.plugin`, the I/O-free module both
+  sides import): what an adapter knows about one model (a preset's table row).
 * `ModelEntry`: one model as a provider's list endpoint names it.
 * `fetch_models`: ``GET`` a provider's model list and turn it into
   `ModelInfo`s, enriched from the adapter's table, falling back to the
@@ -17,23 +18,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 
-import attrs
 import httpx
 import msgspec
 
 from llmrt import (
     ErrorCode,
     LlmError,
-    ModelContext,
     ModelInfo,
     ModelModality,
-    ModelReasoningInfo,
-    ReasoningEffortInfo,
-    ResolvedModelInfo,
 )
 
 from ._classify import classify_http_error
 from ._http import body_reads, translate_http_error
+from .plugin import ModelSpec
 
 __all__ = [
     "ModelEntry",
@@ -44,42 +41,6 @@ __all__ = [
     "fetch_models",
     "model_infos",
 ]
-
-
-@attrs.frozen
-class ModelSpec:
-    """What an adapter knows about one model of its endpoint."""
-
-    id: str
-    name: str | None = None
-    context_window: int | None = None
-    default_max_tokens: int | None = None
-    #: Whether the model takes images; text-only routes get text placeholders.
-    image_input: bool = False
-    #: Reasoning efforts the model accepts, in display order.
-    efforts: tuple[str, ...] = ()
-    default_effort: str | None = None
-    #: The output-cap field: OpenAI's reasoning models want ``max_completion_tokens``.
-    max_tokens_field: str = "max_tokens"
-
-    def resolved(self, provider: str) -> ResolvedModelInfo:
-        reasoning = None
-        if self.efforts:
-            reasoning = ModelReasoningInfo(
-                efforts=tuple(ReasoningEffortInfo(id=e, name=e) for e in self.efforts),
-                default_effort=self.default_effort,
-            )
-        return ResolvedModelInfo(
-            provider=provider,
-            id=self.id,
-            name=self.name or self.id,
-            input_modalities=("text", "image") if self.image_input else ("text",),
-            context=ModelContext(context_window=self.context_window)
-            if self.context_window
-            else None,
-            default_max_tokens=self.default_max_tokens,
-            reasoning=reasoning,
-        )
 
 
 class ModelEntry(msgspec.Struct, frozen=True):

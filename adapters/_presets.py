@@ -18,8 +18,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from ._models import ModelSpec
 from ._openai_wire import DIALECTS, Dialect
+from .plugin import MaxTokensField, ModelSpec
 
 __all__ = ["Preset", "PRESETS", "PRESET_ALIASES", "find_preset"]
 
@@ -53,7 +53,7 @@ def _m(
     *,
     image: bool = False,
     efforts: tuple[str, ...] = (),
-    field: str = "max_tokens",
+    field: MaxTokensField = "max_tokens",
 ) -> ModelSpec:
     return ModelSpec(
         id=id,

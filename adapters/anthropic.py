@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Annotated, Any, ClassVar
 
 import attrs
 import httpx
@@ -39,8 +40,9 @@ from ._http import (
     stream_events,
 )
 from ._models import ModelSpec, fetch_models
+from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
-__all__ = ["AnthropicAdapter", "ANTHROPIC_MODELS", "THINKING_BUDGETS"]
+__all__ = ["PLUGIN", "AnthropicConfig", "AnthropicAdapter", "ANTHROPIC_MODELS", "THINKING_BUDGETS"]
 
 API_VERSION = "2023-06-01"
 #: Extended-thinking token budgets of the reasoning efforts.
@@ -196,3 +198,48 @@ class AnthropicAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+# ---- plugin ---------------------------------------------------------------------------------
+
+
+class AnthropicConfig(HttpAdapterConfig, tag="anthropic", frozen=True):
+    """A ``[[provider]]`` entry with ``adapter = "anthropic"``."""
+
+    #: The output cap when a call sets none (Anthropic requires one).
+    default_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+    default_key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"
+
+    def default_model(self) -> str | None:
+        return self.models[0].id if self.models else "claude-sonnet-4-5"
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        # Unset optional keys keep the adapter's own defaults.
+        extra: dict[str, Any] = {}
+        if self.base_url is not None:
+            extra["base_url"] = self.base_url
+        if self.display_name is not None:
+            extra["display_name"] = self.display_name
+        if self.default_max_tokens is not None:
+            extra["default_max_tokens"] = self.default_max_tokens
+        return AnthropicAdapter(
+            api_key_env=key_env or "ANTHROPIC_API_KEY",
+            models=self.models,
+            retry_policy=retry,
+            environ=environ,
+            **extra,
+        )
+
+
+PLUGIN = AdapterPlugin(
+    config=AnthropicConfig,
+    summary="Anthropic Messages API",
+    detect=(Detected("ANTHROPIC_API_KEY", "anthropic", AnthropicConfig(), rank=40),),
+)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import AsyncIterator, Sequence
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import attrs
 import outcome
@@ -35,6 +36,7 @@ from llmrt import (
     ReasoningDelta,
     ReasoningEffortInfo,
     ResolvedModelInfo,
+    ResolvedRetryPolicy,
     StreamChunk,
     TextBlock,
     TextDelta,
@@ -44,7 +46,9 @@ from llmrt import (
     UsageChunk,
 )
 
-__all__ = ["DemoAdapter", "DEMO_MODELS"]
+from .plugin import AdapterConfig, AdapterPlugin, Problem
+
+__all__ = ["BUILTIN_DEMO_TOKENS_PER_SECOND", "DEMO_MODELS", "PLUGIN", "DemoAdapter", "DemoConfig"]
 
 #: Model ids the demo provider advertises; any other id is answered the same way.
 DEMO_MODELS = ("demo-1", "demo-mini")
@@ -264,3 +268,42 @@ class DemoAdapter(Adapter):
             yield Finish(reason=FinishToolCalls())
         else:
             yield Finish(reason=FinishStop())
+
+
+# ---- plugin ---------------------------------------------------------------------------------
+
+#: The pace of the built-in demo route (a ``demo`` route in the file sets its own).
+BUILTIN_DEMO_TOKENS_PER_SECOND = 60.0
+
+
+class DemoConfig(AdapterConfig, tag="demo", frozen=True):
+    """A ``[[provider]]`` entry with ``adapter = "demo"``."""
+
+    #: The stream's pace (None: as fast as the consumer reads).
+    tokens_per_second: float | None = None
+
+    def check(self) -> Problem | None:
+        rate = self.tokens_per_second
+        if rate is not None and not 0 < rate < math.inf:
+            return ("tokens_per_second",), "tokens_per_second must be positive"
+        return None
+
+    def default_model(self) -> str | None:
+        return DEMO_MODELS[0]
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        return DemoAdapter(tokens_per_second=self.tokens_per_second)
+
+
+PLUGIN = AdapterPlugin(
+    config=DemoConfig,
+    summary="llmrt's offline demo model",
+    # Always served, paced like a real model so a terminal shows it streaming.
+    builtin=(("demo", DemoConfig(tokens_per_second=BUILTIN_DEMO_TOKENS_PER_SECOND)),),
+)

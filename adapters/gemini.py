@@ -14,6 +14,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 import httpx
@@ -41,8 +42,9 @@ from ._http import (
     stream_events,
 )
 from ._models import ModelEntry, ModelSpec, fetch_models
+from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
-__all__ = ["GEMINI_MODELS", "THINKING_BUDGETS", "GeminiAdapter"]
+__all__ = ["PLUGIN", "GeminiConfig", "GEMINI_MODELS", "THINKING_BUDGETS", "GeminiAdapter"]
 
 #: Thinking budgets (tokens) of the reasoning efforts; ``none`` turns thinking off.
 THINKING_BUDGETS: Mapping[str, int] = {"none": 0, "low": 1_024, "medium": 8_192, "high": 24_576}
@@ -242,3 +244,47 @@ class GeminiAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+# ---- plugin ---------------------------------------------------------------------------------
+
+
+class GeminiConfig(HttpAdapterConfig, tag="gemini", frozen=True):
+    """A ``[[provider]]`` entry with ``adapter = "gemini"``."""
+
+    default_key_env: ClassVar[str | None] = "GEMINI_API_KEY"
+
+    def default_model(self) -> str | None:
+        return self.models[0].id if self.models else "gemini-2.5-flash"
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        # Unset optional keys keep the adapter's own defaults.
+        extra: dict[str, Any] = {}
+        if self.base_url is not None:
+            extra["base_url"] = self.base_url
+        if self.display_name is not None:
+            extra["display_name"] = self.display_name
+        return GeminiAdapter(
+            api_key_env=key_env or "GEMINI_API_KEY",
+            models=self.models,
+            retry_policy=retry,
+            environ=environ,
+            **extra,
+        )
+
+
+PLUGIN = AdapterPlugin(
+    config=GeminiConfig,
+    summary="Google Gemini API",
+    detect=(
+        Detected("GEMINI_API_KEY", "gemini", GeminiConfig(), rank=50),
+        # Google's tools read either name; GEMINI_API_KEY wins when both are set.
+        Detected("GOOGLE_API_KEY", "gemini", GeminiConfig(), rank=51),
+    ),
+)

@@ -68,8 +68,19 @@ from ._models import (
 )
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
 from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
+from .plugin import (
+    AdapterConfig,
+    AdapterPlugin,
+    Detected,
+    Discover,
+    HttpAdapterConfig,
+    Namespaces,
+    Problem,
+)
 
 __all__ = [
+    "PLUGIN",
+    "OpenAIChatConfig",
     "ModelSpec",
     "Preset",
     "PRESETS",
@@ -372,3 +383,143 @@ class EndpointDiscovery:
             for entry in entries
             if entry.id
         )
+
+
+# ---- plugin ---------------------------------------------------------------------------------
+
+
+class OpenAIChatConfig(HttpAdapterConfig, tag="openai_chat", frozen=True):
+    """A ``[[provider]]`` entry with ``adapter = "openai_chat"``."""
+
+    #: The preset (`PRESETS`, or an alias); None: ``openai-compatible``.
+    preset: str | None = None
+    #: The settings namespace the route belongs to (``[settings.NAME]`` or a built-in one).
+    settings_ns: str | None = None
+
+    def _preset(self) -> Preset | None:
+        return find_preset(self.preset or "openai-compatible")
+
+    def key_env(self) -> str | None:
+        if self.api_key_env is not None:
+            return self.api_key_env
+        found = self._preset()
+        return found.api_key_env if found is not None else None
+
+    def preset_name(self) -> str | None:
+        return self.preset or "openai-compatible"
+
+    def check(self) -> Problem | None:
+        preset = self.preset or "openai-compatible"
+        found = find_preset(preset)
+        if found is None:
+            return ("preset",), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}"
+        if self.base_url is None and found.base_url is None:
+            return (), f"preset {preset!r} needs `base_url` (the server's http(s) URL)"
+        return None
+
+    def known_models(self) -> tuple[ModelSpec, ...]:
+        found = self._preset()
+        merged = {m.id: m for m in (*(found.models if found else ()), *self.models)}
+        return tuple(merged.values())
+
+    def default_model(self) -> str | None:
+        if self.models:
+            return self.models[0].id
+        found = self._preset()
+        name = found.name if found is not None else None
+        if name is not None and name in _DEFAULT_MODELS:
+            return _DEFAULT_MODELS[name]
+        return found.models[0].id if found is not None and found.models else None
+
+    def namespace(self) -> str | None:
+        return self.settings_ns or settings_ns_of(self.preset)
+
+    def endpoint(self) -> str | None:
+        found = self._preset()
+        return self.base_url or (found.base_url if found is not None else None)
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        return OpenAIChatAdapter(
+            preset=self.preset or "openai-compatible",
+            base_url=self.base_url,
+            api_key_env=key_env,
+            models=self.models,
+            display_name=self.display_name,
+            retry_policy=retry,
+            environ=environ,
+        )
+
+
+#: ``llmrt call``'s model for presets whose table does not start with the everyday model.
+_DEFAULT_MODELS: Final[Mapping[str, str]] = {
+    "deepseek-official": "deepseek-chat",
+    "openai": "gpt-4.1-mini",
+}
+
+
+def _directory_entry(
+    route: str, config: AdapterConfig | None, settings_ns: str | None, path: tuple[str, ...]
+) -> ConfigurableProvider:
+    assert isinstance(config, OpenAIChatConfig), config
+    return configurable_provider(
+        route,
+        preset=config.preset,
+        settings_ns=settings_ns,
+        settings_path=path,
+        display_name=config.display_name,
+    )
+
+
+def _discovery(
+    api: str,
+    routes: Mapping[str, tuple[str, str | None]],
+    default: tuple[str, str | None] | None,
+    environ: Mapping[str, str] | None,
+) -> Discover:
+    return EndpointDiscovery(
+        api=api,
+        routes={name: DiscoveryEndpoint(url, key) for name, (url, key) in routes.items()},
+        default=DiscoveryEndpoint(*default) if default is not None else None,
+        environ=environ,
+    )
+
+
+def _detected(preset: Preset) -> Detected:
+    assert preset.api_key_env is not None and preset.route is not None
+    # DeepSeek, then OpenAI, come first; every other hosted preset after the
+    # other adapters' routes, in preset order.
+    rank = {"deepseek-official": 10, "openai": 20}.get(preset.name, 100)
+    return Detected(preset.api_key_env, preset.route, OpenAIChatConfig(preset=preset.name), rank)
+
+
+PLUGIN = AdapterPlugin(
+    config=OpenAIChatConfig,
+    summary="OpenAI-compatible chat completions (hosted presets and local servers)",
+    detect=tuple(
+        _detected(preset) for preset in PRESETS.values() if preset.api_key_env and preset.route
+    ),
+    presets={
+        **{name: name for name in PRESETS},
+        **PRESET_ALIASES,
+    },
+    namespaces=Namespaces(
+        builtin=(
+            (OPENAI_COMPATIBLE_NS, discovery_api_of(OPENAI_COMPATIBLE_NS)),
+            (OLLAMA_NS, discovery_api_of(OLLAMA_NS)),
+        ),
+        apis=DISCOVERY_APIS,
+        entry=_directory_entry,
+        discovery=_discovery,
+        dormant=tuple(
+            (preset.route, OpenAIChatConfig(preset=preset.name))
+            for preset in PRESETS.values()
+            if preset.route is not None
+        ),
+    ),
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 import httpx
@@ -40,8 +41,9 @@ from ._http import (
 )
 from ._models import ModelSpec, fetch_models
 from ._responses_wire import ResponsesStreamDecoder, build_responses_body
+from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
-__all__ = ["RESPONSES_MODELS", "OpenAIResponsesAdapter"]
+__all__ = ["PLUGIN", "OpenAIResponsesConfig", "RESPONSES_MODELS", "OpenAIResponsesAdapter"]
 
 _O_EFFORTS = ("low", "medium", "high")
 _GPT5_EFFORTS = ("minimal", "low", "medium", "high")
@@ -203,3 +205,47 @@ class OpenAIResponsesAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+# ---- plugin ---------------------------------------------------------------------------------
+
+
+class OpenAIResponsesConfig(HttpAdapterConfig, tag="openai_responses", frozen=True):
+    """A ``[[provider]]`` entry with ``adapter = "openai_responses"``."""
+
+    default_key_env: ClassVar[str | None] = "OPENAI_API_KEY"
+
+    def default_model(self) -> str | None:
+        return self.models[0].id if self.models else "gpt-5-mini"
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        # Unset optional keys keep the adapter's own defaults.
+        extra: dict[str, Any] = {}
+        if self.base_url is not None:
+            extra["base_url"] = self.base_url
+        if self.display_name is not None:
+            extra["display_name"] = self.display_name
+        return OpenAIResponsesAdapter(
+            api_key_env=key_env or "OPENAI_API_KEY",
+            models=self.models,
+            retry_policy=retry,
+            environ=environ,
+            **extra,
+        )
+
+
+PLUGIN = AdapterPlugin(
+    config=OpenAIResponsesConfig,
+    summary="OpenAI Responses API",
+    detect=(
+        # The same key also serves chat completions, on the ``openai`` route
+        # (the openai_chat plugin's): that route stays on chat completions.
+        Detected("OPENAI_API_KEY", "openai-responses", OpenAIResponsesConfig(), rank=30),
+    ),
+)

@@ -22,7 +22,6 @@ from llmrt import (
 )
 from llmrt.actors.app._schema import format_path, locate_lines, parse_path
 from llmrt.actors.app.config import (
-    BUILTIN_DEMO_TOKENS_PER_SECOND,
     Config,
     ConfigError,
     RouteSpec,
@@ -32,7 +31,7 @@ from llmrt.actors.app.config import (
     register_config,
 )
 from llmrt.adapters.anthropic import AnthropicAdapter
-from llmrt.adapters.demo import DemoAdapter
+from llmrt.adapters.demo import BUILTIN_DEMO_TOKENS_PER_SECOND, DemoAdapter
 from llmrt.adapters.openai_chat import ModelSpec, OpenAIChatAdapter
 
 FULL = """\

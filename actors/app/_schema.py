@@ -2,24 +2,26 @@
 
 Pure logic: no I/O. The schema mirrors the file's tables one to one, with
 snake_case keys and ``forbid_unknown_fields`` so a typo is an error, not a
-silently ignored setting. Semantic checks (known adapters, presets, routes,
-retry values) live in `llmrt.actors.app.config`.
+silently ignored setting. A ``[[provider]]`` entry is the config Struct of
+its adapter (`llmrt.adapters.plugin.AdapterConfig`, one per installed
+adapter); checks types cannot express (routes, retry values) live in
+`llmrt.actors.app.config`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
-from typing import Annotated
+from typing import Annotated, Any, Union
 
 import msgspec
 
+from llmrt.adapters.plugin import AdapterConfig, Path
+
 __all__ = [
-    "FileTable",
+    "file_table",
     "DefaultsTable",
-    "ProviderTable",
-    "ModelTable",
-    "RetryTable",
     "GatewayTable",
     "SettingsTable",
     "Path",
@@ -27,9 +29,6 @@ __all__ = [
     "parse_path",
     "locate_lines",
 ]
-
-#: A value's position in the parsed document: table keys and array indexes.
-Path = tuple[str | int, ...]
 
 _Positive = Annotated[int, msgspec.Meta(ge=1)]
 
@@ -42,49 +41,6 @@ class DefaultsTable(_Table, frozen=True):
     """``[defaults]``: settings every route inherits unless it overrides them."""
 
     stream_idle_timeout: float | None = None
-
-
-class RetryTable(_Table, frozen=True):
-    """``[provider.retry]``: the route's retry policy. Unset keys take the policy's defaults."""
-
-    mode: str = "normal"
-    max_retries: int | None = None
-    initial_delay_ms: float | None = None
-    max_delay_ms: float | None = None
-    jitter_ratio: float | None = None
-    retryable_codes: tuple[str, ...] | None = None
-
-
-class ModelTable(_Table, frozen=True):
-    """One entry of a provider's ``models`` list (see `llmrt.adapters.openai_chat.ModelSpec`)."""
-
-    id: Annotated[str, msgspec.Meta(min_length=1)]
-    name: str | None = None
-    context_window: _Positive | None = None
-    default_max_tokens: _Positive | None = None
-    image_input: bool = False
-    efforts: tuple[str, ...] = ()
-    default_effort: str | None = None
-    max_tokens_field: str = "max_tokens"
-
-
-class ProviderTable(_Table, frozen=True):
-    """One ``[[provider]]`` entry: one adapter instance serving one route (or a few aliases)."""
-
-    adapter: str
-    route: str | None = None
-    routes: tuple[str, ...] | None = None
-    preset: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    display_name: str | None = None
-    stream_idle_timeout: float | None = None
-    models: tuple[ModelTable, ...] = ()
-    retry: RetryTable | None = None
-    default_max_tokens: _Positive | None = None
-    tokens_per_second: float | None = None
-    #: The settings namespace the route belongs to (``[settings.NAME]`` or a built-in one).
-    settings_ns: str | None = None
 
 
 class SettingsTable(_Table, frozen=True):
@@ -114,13 +70,26 @@ class GatewayTable(_Table, frozen=True):
     discover_any_url: bool | None = None
 
 
-class FileTable(_Table, frozen=True):
-    """The whole file."""
+@functools.cache
+def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]:
+    """The whole file's schema, its ``[[provider]]`` entries a tagged union of ``configs``.
 
-    defaults: DefaultsTable = msgspec.field(default_factory=DefaultsTable)
-    provider: tuple[ProviderTable, ...] = ()
-    gateway: GatewayTable = msgspec.field(default_factory=GatewayTable)
-    settings: dict[str, SettingsTable] = msgspec.field(default_factory=dict)
+    The installed adapters' config Structs are the union (tag field ``adapter``).
+    """
+    entry: Any = Union[configs]  # noqa: UP007  # a union of a runtime tuple of types
+    return msgspec.defstruct(
+        "FileTable",
+        [
+            ("defaults", DefaultsTable, msgspec.field(default_factory=DefaultsTable)),
+            ("provider", tuple[entry, ...], ()),
+            ("gateway", GatewayTable, msgspec.field(default_factory=GatewayTable)),
+            ("settings", dict[str, SettingsTable], msgspec.field(default_factory=dict)),
+        ],
+        bases=(_Table,),
+        frozen=True,
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
 
 
 # ---- paths ---------------------------------------------------------------------------------

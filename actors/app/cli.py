@@ -42,10 +42,11 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
-from llmrt.adapters.openai_chat import ModelSpec, find_preset
+from llmrt.adapters.plugin import ModelSpec
 
 from .._abort import AbortController
 from . import config as configuration
+from .plugins import PLUGIN_ERROR
 
 if TYPE_CHECKING:
     from ..gateway import GatewayServer, Limits
@@ -260,12 +261,17 @@ def _route_of(config: configuration.Config, name: str) -> str:
     """
     if config.route(name) is not None:
         return name
-    preset = find_preset(name)
-    routes = [
-        spec.route
-        for spec in config.routes
-        if preset is not None and spec.preset is not None and find_preset(spec.preset) is preset
-    ]
+    routes = []
+    for kind, plugin in config.plugins.adapters.items():
+        preset = plugin.presets.get(name)
+        routes += [
+            spec.route
+            for spec in config.routes
+            if preset is not None
+            and spec.adapter == kind
+            and spec.preset is not None
+            and plugin.presets.get(spec.preset) == preset
+        ]
     return routes[0] if len(routes) == 1 else name
 
 
@@ -273,24 +279,10 @@ def _default_model(config: configuration.Config, provider: str) -> str:
     spec = config.route(provider)
     if spec is None:
         return "default"
-    if spec.adapter == "demo":
-        return "demo-1"
-    if spec.models:
-        return spec.models[0].id
-    if spec.preset in ("deepseek-official", "deepseek"):
-        return "deepseek-chat"
-    if spec.preset == "openai":
-        return "gpt-4.1-mini"
-    if spec.adapter == "anthropic":
-        return "claude-sonnet-4-5"
-    if spec.adapter == "gemini":
-        return "gemini-2.5-flash"
-    if spec.adapter == "openai_responses":
-        return "gpt-5-mini"
-    preset = find_preset(spec.preset or "")
-    if preset is not None and preset.models:
-        return preset.models[0].id
-    raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
+    model = spec.config.default_model() if spec.config is not None else None
+    if model is None:
+        raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
+    return model
 
 
 @asynccontextmanager
@@ -833,11 +825,9 @@ async def _show_models(
 def _table_of(config: configuration.Config, route: str) -> tuple[ModelSpec, ...]:
     """The models a route knows without its endpoint: the preset's, then the file's."""
     spec = config.route(route)
-    if spec is None or spec.adapter != "openai_chat":
+    if spec is None or spec.config is None:
         return ()
-    preset = find_preset(spec.preset or "openai-compatible")
-    merged = {m.id: m for m in (*(preset.models if preset else ()), *spec.models)}
-    return tuple(merged.values())
+    return spec.config.known_models()
 
 
 # ---- stats -------------------------------------------------------------------------------
@@ -945,6 +935,9 @@ def main(
         return 0
     try:
         config = configuration.load_config(args.config, environ=env)
+        # An unusable adapter plugin costs its own kind only: say so, serve the rest.
+        for problem in config.plugins.problems.values():
+            print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=sys.stderr)
         try:
             if args.command == "call":
                 return trio.run(_call, args, config, out, env)

@@ -3,17 +3,21 @@
 `load_config` reads and validates the file (pure: no I/O besides reading it),
 adds a route for each well-known API-key variable that is set and not
 already used by the file, and always adds the built-in ``demo`` route unless
-the file declares one. `register_config` registers the routes into a runtime,
-in `Config.routes` order: file entries (file order), then detected
-environment routes (``deepseek``, ``openai``, ``openai-responses``,
-``anthropic``, ``gemini``, then the other hosted presets with a key variable:
-``openrouter``, ``groq``, ...), then ``demo`` last, so a real provider comes
+the file declares one. Adapters are the installed ``llmrt.adapters`` entry
+points (`llmrt.actors.app.plugins`): each ``[[provider]]`` entry is decoded
+straight into its adapter's config Struct, and the key variables, presets,
+zero-config routes and settings namespaces are the plugins' declarations.
+`register_config` registers the routes into a runtime, in `Config.routes`
+order: file entries (file order), then detected environment routes
+(``deepseek``, ``openai``, ``openai-responses``, ``anthropic``, ``gemini``,
+then the other hosted presets with a key variable: ``openrouter``,
+``groq``, ...), then ``demo`` last, so a real provider comes
 first when there is one. Local servers (``vllm``, ``ollama``, ...) have no
 key: they are routes only when the file declares them.
 
-Settings namespaces (``[settings.NAME]`` tables, plus the built-in
-``openai-compatible`` and ``ollama``) group OpenAI-compatible routes for
-model discovery; `register_settings` declares every such route as a
+Settings namespaces (``[settings.NAME]`` tables, plus the built-in ones a
+plugin owns: ``openai-compatible`` and ``ollama`` of ``openai_chat``) group
+routes for model discovery; `register_settings` declares every such route as a
 configurable provider and offers one discovery per namespace.
 
 Every problem is one `ConfigError` naming the file, the line and the reason.
@@ -29,65 +33,44 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 import msgspec
 import trio
 
-from llmrt import (
-    Adapter,
-    AlwaysRetryPolicy,
-    ErrorCode,
-    NormalRetryPolicy,
-    ResolvedRetryPolicy,
-)
+import llmrt
+from llmrt import AlwaysRetryPolicy, ErrorCode, NormalRetryPolicy, ResolvedRetryPolicy
 from llmrt._nesting import MAX_NESTING, toml_too_deep
-from llmrt.adapters.anthropic import AnthropicAdapter
-from llmrt.adapters.demo import DemoAdapter
-from llmrt.adapters.gemini import GeminiAdapter
-from llmrt.adapters.openai_chat import (
-    DISCOVERY_APIS,
-    OLLAMA_NS,
-    OPENAI_COMPATIBLE_NS,
-    PRESETS,
-    DiscoveryEndpoint,
-    EndpointDiscovery,
+from llmrt.adapters.plugin import (
+    AdapterConfig,
+    AdapterPlugin,
+    HttpAdapterConfig,
     ModelSpec,
-    OpenAIChatAdapter,
-    configurable_provider,
-    discovery_api_of,
-    find_preset,
-    settings_ns_of,
+    RetryTable,
 )
-from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 
 from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
 from .._runtime import LlmRuntime
 from .._topology import check_provider_name
 from ._schema import (
-    FileTable,
     GatewayTable,
-    ModelTable,
     Path,
-    ProviderTable,
-    RetryTable,
     SettingsTable,
+    file_table,
     format_path,
     locate_lines,
     parse_path,
 )
+from .plugins import PLUGIN_ERROR, Plugins, installed
 
 __all__ = [
     "ConfigError",
     "Config",
     "RouteSpec",
     "NamespaceSpec",
-    "BUILTIN_NAMESPACES",
-    "AdapterKind",
     "DEFAULT_CONFIG_FILE",
     "CONFIG_ENV_VAR",
-    "DETECTED_PROVIDERS",
     "load_config",
     "build_adapter",
     "register_config",
@@ -95,65 +78,23 @@ __all__ = [
     "describe",
 ]
 
-AdapterKind = Literal["openai_chat", "anthropic", "demo", "gemini", "openai_responses"]
-
 #: The file `load_config` reads when no path is given and ``$LLMRT_CONFIG`` is unset.
 DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
 #: The environment variable naming a config file.
 CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
+#: `ConfigError.code` of every problem in the file itself.
+CONFIG_INVALID: Final = "CONFIG_INVALID"
 
-#: Zero-config routes: (key variable, route, adapter, preset), in the order they are added:
-#: DeepSeek, OpenAI, Anthropic, then every other hosted preset that names a route.
-DETECTED_PROVIDERS: Final[tuple[tuple[str, str, AdapterKind, str | None], ...]] = (
-    ("DEEPSEEK_API_KEY", "deepseek", "openai_chat", "deepseek-official"),
-    ("OPENAI_API_KEY", "openai", "openai_chat", "openai"),
-    # The same key also serves the Responses API, on a route of its own: the
-    # ``openai`` route stays on chat completions for every model.
-    ("OPENAI_API_KEY", "openai-responses", "openai_responses", None),
-    ("ANTHROPIC_API_KEY", "anthropic", "anthropic", None),
-    # Google's tools read either name; GEMINI_API_KEY wins when both are set.
-    ("GEMINI_API_KEY", "gemini", "gemini", None),
-    ("GOOGLE_API_KEY", "gemini", "gemini", None),
-    *(
-        (preset.api_key_env, preset.route, "openai_chat", preset.name)
-        for preset in PRESETS.values()
-        if preset.api_key_env
-        and preset.route
-        and preset.name not in ("deepseek-official", "openai")
-    ),
-)
-
-_ADAPTERS: Final[tuple[AdapterKind, ...]] = (
-    "openai_chat",
-    "anthropic",
-    "demo",
-    "gemini",
-    "openai_responses",
-)
-_COMMON = frozenset({"adapter", "route", "routes", "stream_idle_timeout"})
-_HTTP = frozenset({"base_url", "api_key_env", "display_name", "models", "retry"})
-#: The keys of a ``[[provider]]`` entry each adapter accepts.
-_KEYS: Final[Mapping[str, frozenset[str]]] = {
-    "openai_chat": _COMMON | _HTTP | {"preset", "settings_ns"},
-    "anthropic": _COMMON | _HTTP | {"default_max_tokens"},
-    "demo": _COMMON | {"tokens_per_second"},
-    "gemini": _COMMON | _HTTP,
-    "openai_responses": _COMMON | _HTTP,
-}
-_ANTHROPIC_KEY_ENV: Final = "ANTHROPIC_API_KEY"
-_GEMINI_KEY_ENV: Final = "GEMINI_API_KEY"
-_OPENAI_KEY_ENV: Final = "OPENAI_API_KEY"
 #: Seconds `register_config` spends undoing a partial registration.
 _CLEANUP_GRACE: Final = 5.0
 _SECRET_KEYS = frozenset({"api_key", "apikey", "api-key", "apiKey"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MSGSPEC_AT = re.compile(r"^(?P<reason>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
+_INVALID_VALUE = re.compile(r"^Invalid (?:enum )?value (?P<value>.*)$", re.DOTALL)
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
-
-
-#: The pace of the built-in demo route (a ``demo`` route in the file sets its own).
-BUILTIN_DEMO_TOKENS_PER_SECOND = 60.0
+#: How an invalid choice names its key in an error, when not by the key's own name.
+_CHOICE_NAMES: Final = {"mode": "retry mode"}
 
 
 class ConfigError(ValueError):
@@ -162,15 +103,24 @@ class ConfigError(ValueError):
     ``file`` is the path as given (or None), ``line`` (and ``column`` for TOML
     syntax errors) is 1-based or None when unknown, ``reason`` the message
     alone; it names the value's path (``$.provider[1].adapter``) when there is one.
+    ``code`` is `CONFIG_INVALID`, or ``ADAPTER_PLUGIN`` when the entry's adapter
+    is installed but unusable (see `llmrt.actors.app.plugins`).
     """
 
     def __init__(
-        self, file: str | None, line: int | None, reason: str, *, column: int | None = None
+        self,
+        file: str | None,
+        line: int | None,
+        reason: str,
+        *,
+        column: int | None = None,
+        code: str = CONFIG_INVALID,
     ) -> None:
         self.file = file
         self.line = line
         self.column = column
         self.reason = reason
+        self.code = code
         where = file if file is not None else "<config>"
         if line is not None:
             where += f":{line}"
@@ -183,14 +133,17 @@ class ConfigError(ValueError):
 class RouteSpec:
     """One provider route: how to build its adapter and register it.
 
-    ``api_key_env`` is the effective variable (a preset's default filled in);
-    ``stream_idle_timeout`` the effective one (``[defaults]`` filled in; None:
-    the runtime's default). ``source`` says where the route came from:
-    ``"config file line N"``, ``"environment DEEPSEEK_API_KEY"`` or ``"built-in"``.
+    ``config`` is the entry decoded into its adapter's config Struct (or the
+    plugin's own, for a detected or built-in route); the adapter's own keys
+    read through to it (``spec.tokens_per_second``). ``api_key_env`` is the
+    effective variable (a preset's default filled in); ``stream_idle_timeout``
+    the effective one (``[defaults]`` filled in; None: the runtime's default).
+    ``source`` says where the route came from: ``"config file line N"``,
+    ``"environment DEEPSEEK_API_KEY"`` or ``"built-in"``.
     """
 
     route: str
-    adapter: AdapterKind
+    adapter: str
     source: str
     aliases: tuple[str, ...] = ()
     preset: str | None = None
@@ -200,10 +153,17 @@ class RouteSpec:
     stream_idle_timeout: float | None = None
     models: tuple[ModelSpec, ...] = ()
     retry: ResolvedRetryPolicy | None = None
-    default_max_tokens: int | None = None
-    tokens_per_second: float | None = None
-    #: The settings namespace the file gives (None: the built-in one, see `namespace`).
-    settings_ns: str | None = None
+    # Not compared: the fields above are what the route is; this is how it was written.
+    config: AdapterConfig | None = attrs.field(default=None, eq=False, repr=False)
+
+    def __getattr__(self, name: str) -> object:
+        # Only reached for names that are not RouteSpec's own: the adapter's keys.
+        if name.startswith("_") or name == "config":
+            raise AttributeError(name)
+        config = self.config
+        if config is None or name not in config.__struct_fields__:
+            raise AttributeError(name)
+        return getattr(config, name)
 
     @property
     def providers(self) -> tuple[str, ...]:
@@ -212,14 +172,12 @@ class RouteSpec:
 
     @property
     def namespace(self) -> str | None:
-        """The settings namespace of an OpenAI-compatible route; None for other adapters.
+        """The settings namespace of the route (None: its adapter has no model discovery).
 
-        ``settings_ns`` when the file gives one, else ``ollama`` for the
-        Ollama preset and ``openai-compatible`` for every other preset.
+        ``settings_ns`` when the file gives one, else the adapter's built-in
+        one for the route (``ollama`` for the Ollama preset, say).
         """
-        if self.adapter != "openai_chat":
-            return None
-        return self.settings_ns or settings_ns_of(self.preset)
+        return self.config.namespace() if self.config is not None else None
 
 
 @attrs.frozen
@@ -236,11 +194,14 @@ class NamespaceSpec:
     source: str = "built-in"
 
 
-#: The namespaces the OpenAI-compatible adapter always owns (a file may redefine them).
-BUILTIN_NAMESPACES: Final = (
-    NamespaceSpec(OPENAI_COMPATIBLE_NS, discovery_api_of(OPENAI_COMPATIBLE_NS)),
-    NamespaceSpec(OLLAMA_NS, discovery_api_of(OLLAMA_NS)),
-)
+def _builtin_namespaces(plugins: Plugins) -> tuple[NamespaceSpec, ...]:
+    """The namespaces the installed adapters always own (a file may redefine them)."""
+    return tuple(
+        NamespaceSpec(name, api)
+        for plugin in plugins.adapters.values()
+        if plugin.namespaces is not None
+        for name, api in plugin.namespaces.builtin
+    )
 
 
 @attrs.frozen
@@ -258,7 +219,11 @@ class Config:
     #: The ``[gateway]`` table (``llmrt serve``'s settings); defaults when absent.
     gateway: GatewayTable = attrs.field(factory=GatewayTable)
     #: The settings namespaces: the built-in ones, then the file's, by name.
-    settings: tuple[NamespaceSpec, ...] = BUILTIN_NAMESPACES
+    settings: tuple[NamespaceSpec, ...] = attrs.field(
+        factory=lambda: _builtin_namespaces(installed())
+    )
+    #: The adapters this configuration was made with (the installed ones by default).
+    plugins: Plugins = attrs.field(factory=installed, eq=False, repr=False)
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""
@@ -280,9 +245,10 @@ class Config:
 
 @attrs.define
 class _Context:
-    """The file being validated: its name and where each path's line is."""
+    """The file being validated: its name, where each path's line is, the adapters."""
 
     file: str | None
+    plugins: Plugins
     lines: dict[Path, int] = attrs.field(factory=dict)
 
     def line_near(self, path: Path) -> int | None:
@@ -293,46 +259,55 @@ class _Context:
                 return line
         return None
 
-    def error(self, path: Path, reason: str) -> ConfigError:
+    def error(self, path: Path, reason: str, *, code: str = CONFIG_INVALID) -> ConfigError:
         """A `ConfigError` at ``path``'s line; the reason ends with msgspec's ``- at `$...```."""
         at = f" - at `{format_path(path)}`" if path else ""
-        return ConfigError(self.file, self.line_near(path), reason + at)
+        return ConfigError(self.file, self.line_near(path), reason + at, code=code)
 
     def line_of(self, path: Path) -> int | None:
         return self.lines.get(path)
 
+    def source(self, path: Path) -> str:
+        line = self.line_of(path)
+        return f"config file line {line}" if line else "config file"
+
 
 def load_config(
-    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    plugins: Plugins | None = None,
 ) -> Config:
     """Read, validate and complete the configuration.
 
     The file is ``path``; else ``$LLMRT_CONFIG``; else ``./llmrt.toml`` if it
     exists (no file at all is fine). Then routes are added for the well-known
     key variables set in ``environ`` (default ``os.environ``) that the file
-    does not use, and the ``demo`` route unless the file declares one.
+    does not use, and the built-in ``demo`` route unless the file declares one.
+    ``plugins`` are the adapters (default: the installed ones).
 
     Raises `ConfigError` for a missing or unreadable file named explicitly and
     for every problem in the file. Not a checkpoint (synchronous).
     """
     env = os.environ if environ is None else environ
+    plugins = installed() if plugins is None else plugins
     explicit = path is not None or bool(env.get(CONFIG_ENV_VAR))
     file = os.fspath(path) if path is not None else env.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_FILE
     text = _read(file, explicit=explicit)
-    ctx = _Context(file if text is not None else None)
+    ctx = _Context(file if text is not None else None, plugins)
     routes: list[RouteSpec] = []
     default_idle: float | None = None
     gateway = GatewayTable()
-    namespaces: tuple[NamespaceSpec, ...] = BUILTIN_NAMESPACES
+    namespaces = _builtin_namespaces(plugins)
     if text is not None:
-        table, ctx.lines = _parse(text, ctx)
+        table = _parse(text, ctx)
         gateway = _check_gateway(ctx, table.gateway)
         default_idle = _check_idle(
             ctx, ("defaults", "stream_idle_timeout"), table.defaults.stream_idle_timeout
         )
-        namespaces = _namespaces(ctx, table.settings)
-        routes = _file_routes(ctx, table, default_idle, namespaces)
-    routes = _complete(routes, env, default_idle)
+        namespaces = _namespaces(ctx, table.settings, namespaces)
+        routes = _file_routes(ctx, table.provider, default_idle, namespaces)
+    routes = _complete(routes, env, default_idle, plugins)
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and env.get(spec.api_key_env)
     )
@@ -342,6 +317,7 @@ def load_config(
         keys_set=keys_set,
         gateway=gateway,
         settings=namespaces,
+        plugins=plugins,
     )
 
 
@@ -362,7 +338,8 @@ def _read(file: str, *, explicit: bool) -> str | None:
         raise ConfigError(file, line, "the file is not UTF-8 text (TOML must be)") from None
 
 
-def _parse(text: str, ctx: _Context) -> tuple[FileTable, dict[Path, int]]:
+def _parse(text: str, ctx: _Context) -> Any:
+    """The file decoded into the schema of the installed adapters (`file_table`)."""
     if toml_too_deep(text):
         # tomllib recurses: a deep enough file raises RecursionError, not a syntax error.
         raise ConfigError(
@@ -383,12 +360,11 @@ def _parse(text: str, ctx: _Context) -> tuple[FileTable, dict[Path, int]]:
     ctx.lines = locate_lines(text)
     _refuse_secrets(ctx, raw, ())
     _check_settings_tables(ctx, raw.get("settings"))
+    configs = tuple(plugin.config for plugin in ctx.plugins.adapters.values())
     try:
-        table = msgspec.convert(raw, FileTable)
+        return msgspec.convert(raw, file_table(configs))
     except msgspec.ValidationError as exc:
-        raise _from_msgspec(ctx, str(exc)) from None
-    _refuse_foreign_keys(ctx, raw)
-    return table, ctx.lines
+        raise _from_msgspec(ctx, str(exc), raw) from None
 
 
 def _too_deep_line(text: str) -> int:
@@ -424,16 +400,45 @@ def _refuse_secrets(ctx: _Context, value: object, path: Path) -> None:
             _refuse_secrets(ctx, item, (*path, index))
 
 
-def _from_msgspec(ctx: _Context, message: str) -> ConfigError:
+def _from_msgspec(ctx: _Context, message: str, raw: Mapping[str, Any]) -> ConfigError:
+    """msgspec's error at its value's line, reworded where the schema knows better.
+
+    An invalid ``adapter`` is an unknown (or unusable) adapter; a key another
+    adapter's Struct has "does not apply" to this one; an invalid choice
+    names its key. Values are echoed only for these closed choices (never
+    secrets: those keys were refused before decoding).
+    """
     # TOML calls msgspec's "object" a table.
     message = message.replace("`object`", "`table`")
     found = _MSGSPEC_AT.match(message)
     # msgspec leaves out " - at `$`" for the document itself.
     path = parse_path(found["path"]) if found else ()
-    unknown = _UNKNOWN_FIELD.search(message)
+    reason = found["reason"] if found else message
+    unknown = _UNKNOWN_FIELD.search(reason)
+    invalid = _INVALID_VALUE.match(reason)
+    code = CONFIG_INVALID
+    if invalid and path[-1:] == ("adapter",) and path[:1] == ("provider",):
+        kind = invalid["value"].strip("'")
+        problem = ctx.plugins.problems.get(kind)
+        if problem is not None:
+            reason, code = problem, PLUGIN_ERROR
+        else:
+            reason = f"unknown adapter {invalid['value']}; known: {', '.join(ctx.plugins.adapters)}"
+    elif invalid and path and isinstance(path[-1], str):
+        name = _CHOICE_NAMES.get(path[-1], path[-1])
+        reason = f"unknown {name} {invalid['value']}"
+    elif unknown and len(path) == 2 and path[0] == "provider" and isinstance(path[1], int):
+        key, entry = unknown[1], raw["provider"][path[1]]
+        users = [k for k, p in ctx.plugins.adapters.items() if key in p.config.__struct_fields__]
+        if users:
+            reason = (
+                f"`{key}` does not apply to adapter {entry['adapter']!r} "
+                f"(it applies to: {', '.join(users)})"
+            )
     # An unknown key is reported at its table; its own line is more useful.
     line = ctx.line_near((*path, unknown[1]) if unknown else path)
-    return ConfigError(ctx.file, line, message)
+    at = f" - at `{format_path(path)}`" if found else ""
+    return ConfigError(ctx.file, line, reason + at, code=code)
 
 
 def _check_settings_tables(ctx: _Context, settings: object) -> None:
@@ -455,60 +460,41 @@ def _check_settings_tables(ctx: _Context, settings: object) -> None:
             ) from None
 
 
-def _namespaces(ctx: _Context, settings: Mapping[str, SettingsTable]) -> tuple[NamespaceSpec, ...]:
+def _namespaces(
+    ctx: _Context, settings: Mapping[str, SettingsTable], builtin: Sequence[NamespaceSpec]
+) -> tuple[NamespaceSpec, ...]:
     """The built-in namespaces, each replaced by a file table of its name, then the file's."""
+    apis = [
+        api
+        for plugin in ctx.plugins.adapters.values()
+        if plugin.namespaces is not None
+        for api in plugin.namespaces.apis
+    ]
     declared: dict[str, NamespaceSpec] = {}
     for name, table in settings.items():
         at: Path = ("settings", name)
         problem = check_provider_name(name)
         if problem is not None:
             raise ctx.error(at, problem.replace("provider route name", "settings namespace name"))
-        if table.discovery not in DISCOVERY_APIS:
+        if table.discovery not in apis:
             raise ctx.error(
                 (*at, "discovery"),
                 f"unknown discovery {table.discovery!r}; use "
-                + " or ".join(f'"{api}"' for api in DISCOVERY_APIS),
+                + " or ".join(f'"{api}"' for api in apis),
             )
-        if table.base_url is not None and not table.base_url.startswith(("http://", "https://")):
-            raise ctx.error((*at, "base_url"), "base_url must start with http:// or https://")
-        if table.api_key_env is not None and not _ENV_NAME.fullmatch(table.api_key_env):
-            raise ctx.error(
-                (*at, "api_key_env"),
-                "api_key_env must be the NAME of an environment variable (letters, digits, '_'), "
-                "not the key itself",
-            )
+        _check_url(ctx, (*at, "base_url"), table.base_url)
+        _check_key_env(ctx, (*at, "api_key_env"), table.api_key_env)
         if table.api_key_env is not None and table.base_url is None:
             raise ctx.error((*at, "api_key_env"), "api_key_env needs a `base_url` to send it to")
-        line = ctx.line_of(at)
         declared[name] = NamespaceSpec(
             name=name,
             discovery=table.discovery,
             base_url=table.base_url,
             api_key_env=table.api_key_env,
-            source=f"config file line {line}" if line else "config file",
+            source=ctx.source(at),
         )
-    builtin = tuple(declared.pop(spec.name, spec) for spec in BUILTIN_NAMESPACES)
-    return (*builtin, *declared.values())
-
-
-def _refuse_foreign_keys(ctx: _Context, raw: dict[str, Any]) -> None:
-    """Refuse provider keys the entry's adapter does not use (they would be ignored)."""
-    entries = raw.get("provider", [])
-    for index, entry in enumerate(entries):
-        allowed = _KEYS.get(entry["adapter"])
-        if allowed is None:
-            raise ctx.error(
-                ("provider", index, "adapter"),
-                f"unknown adapter {entry['adapter']!r}; known: {', '.join(_ADAPTERS)}",
-            )
-        for key in entry:
-            if key not in allowed:
-                users = [name for name, keys in _KEYS.items() if key in keys]
-                raise ctx.error(
-                    ("provider", index, key),
-                    f"`{key}` does not apply to adapter {entry['adapter']!r} "
-                    f"(it applies to: {', '.join(users)})",
-                )
+    kept = tuple(declared.pop(spec.name, spec) for spec in builtin)
+    return (*kept, *declared.values())
 
 
 def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
@@ -538,15 +524,58 @@ def _check_idle(ctx: _Context, path: Path, timeout: float | None) -> float | Non
     return timeout
 
 
+def _check_url(ctx: _Context, path: Path, url: str | None) -> None:
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ctx.error(path, "base_url must start with http:// or https://")
+
+
+def _check_key_env(ctx: _Context, path: Path, name: str | None) -> None:
+    if name is not None and not _ENV_NAME.fullmatch(name):
+        # Never echo it: a value that is not a variable name may be the key itself.
+        raise ctx.error(
+            path,
+            "api_key_env must be the NAME of an environment variable (letters, digits, '_'), "
+            "not the key itself",
+        )
+
+
+def _route_spec(
+    config: AdapterConfig,
+    names: Sequence[str],
+    source: str,
+    idle: float | None,
+    *,
+    key_env: str | None = None,
+    retry: ResolvedRetryPolicy | None = None,
+) -> RouteSpec:
+    """The route ``config`` serves under ``names`` (``key_env``: instead of the config's)."""
+    http = config if isinstance(config, HttpAdapterConfig) else None
+    tag = config.__struct_config__.tag
+    return RouteSpec(
+        route=names[0],
+        aliases=tuple(names[1:]),
+        adapter=tag if isinstance(tag, str) else "",
+        source=source,
+        preset=config.preset_name(),
+        base_url=http.base_url if http else None,
+        api_key_env=key_env or config.key_env(),
+        display_name=http.display_name if http else None,
+        stream_idle_timeout=idle,
+        models=http.models if http else (),
+        retry=retry,
+        config=config,
+    )
+
+
 def _file_routes(
     ctx: _Context,
-    table: FileTable,
+    entries: Sequence[AdapterConfig],
     default_idle: float | None,
-    namespaces: Sequence[NamespaceSpec] = BUILTIN_NAMESPACES,
+    namespaces: Sequence[NamespaceSpec],
 ) -> list[RouteSpec]:
     routes: list[RouteSpec] = []
     seen: dict[str, int] = {}
-    for index, entry in enumerate(table.provider):
+    for index, entry in enumerate(entries):
         at: Path = ("provider", index)
         names = _route_names(ctx, at, entry)
         for n, name in enumerate(names):
@@ -558,44 +587,30 @@ def _file_routes(
                 )
             seen[name] = index
         idle = _check_idle(ctx, (*at, "stream_idle_timeout"), entry.stream_idle_timeout)
-        line = ctx.line_of(at)
-        routes.append(
-            RouteSpec(
-                route=names[0],
-                aliases=names[1:],
-                adapter=entry.adapter,  # type: ignore[arg-type]  # checked by _refuse_foreign_keys
-                source=f"config file line {line}" if line else "config file",
-                preset=_preset(ctx, at, entry),
-                base_url=_base_url(ctx, at, entry),
-                api_key_env=_api_key_env(ctx, at, entry),
-                display_name=entry.display_name,
-                stream_idle_timeout=idle if idle is not None else default_idle,
-                models=_models(ctx, at, entry.models),
-                retry=_retry(ctx, (*at, "retry"), entry.retry) if entry.retry else None,
-                default_max_tokens=entry.default_max_tokens,
-                tokens_per_second=_tokens_per_second(ctx, at, entry),
-                settings_ns=_settings_ns(ctx, at, entry, namespaces),
+        problem = entry.check()
+        if problem is not None:
+            raise ctx.error((*at, *problem[0]), problem[1])
+        retry = None
+        if isinstance(entry, HttpAdapterConfig):
+            _check_url(ctx, (*at, "base_url"), entry.base_url)
+            _check_key_env(ctx, (*at, "api_key_env"), entry.api_key_env)
+            _check_models(ctx, at, entry.models)
+            if entry.retry is not None:
+                retry = _retry(ctx, (*at, "retry"), entry.retry)
+        namespace = entry.namespace()
+        known = [spec.name for spec in namespaces]
+        if namespace is not None and namespace not in known:
+            raise ctx.error(
+                (*at, "settings_ns"),
+                f"unknown settings namespace {namespace!r}: declare it with "
+                f"[settings.{namespace}] (known: {', '.join(known)})",
             )
-        )
+        idle = idle if idle is not None else default_idle
+        routes.append(_route_spec(entry, names, ctx.source(at), idle, retry=retry))
     return routes
 
 
-def _settings_ns(
-    ctx: _Context, at: Path, entry: ProviderTable, namespaces: Sequence[NamespaceSpec]
-) -> str | None:
-    if entry.settings_ns is None:
-        return None
-    known = [spec.name for spec in namespaces]
-    if entry.settings_ns not in known:
-        raise ctx.error(
-            (*at, "settings_ns"),
-            f"unknown settings namespace {entry.settings_ns!r}: declare it with "
-            f"[settings.{entry.settings_ns}] (known: {', '.join(known)})",
-        )
-    return entry.settings_ns
-
-
-def _route_names(ctx: _Context, at: Path, entry: ProviderTable) -> tuple[str, ...]:
+def _route_names(ctx: _Context, at: Path, entry: AdapterConfig) -> tuple[str, ...]:
     if entry.route is not None and entry.routes is not None:
         raise ctx.error((*at, "routes"), "give either `route` or `routes`, not both")
     if entry.route is not None:
@@ -614,56 +629,7 @@ def _route_names(ctx: _Context, at: Path, entry: ProviderTable) -> tuple[str, ..
     return names
 
 
-def _preset(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
-    if entry.adapter != "openai_chat":
-        return None
-    preset = entry.preset or "openai-compatible"
-    found = find_preset(preset)
-    if found is None:
-        raise ctx.error((*at, "preset"), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    if entry.base_url is None and found.base_url is None:
-        raise ctx.error(at, f"preset {preset!r} needs `base_url` (the server's http(s) URL)")
-    return preset
-
-
-def _base_url(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
-    url = entry.base_url
-    if url is not None and not url.startswith(("http://", "https://")):
-        raise ctx.error((*at, "base_url"), "base_url must start with http:// or https://")
-    return url
-
-
-def _api_key_env(ctx: _Context, at: Path, entry: ProviderTable) -> str | None:
-    name = entry.api_key_env
-    if name is not None and not _ENV_NAME.fullmatch(name):
-        # Never echo it: a value that is not a variable name may be the key itself.
-        raise ctx.error(
-            (*at, "api_key_env"),
-            "api_key_env must be the NAME of an environment variable (letters, digits, '_'), "
-            "not the key itself",
-        )
-    if name is not None or entry.adapter == "demo":
-        return name
-    if entry.adapter == "anthropic":
-        return _ANTHROPIC_KEY_ENV
-    if entry.adapter == "gemini":
-        return _GEMINI_KEY_ENV
-    if entry.adapter == "openai_responses":
-        return _OPENAI_KEY_ENV
-    found = find_preset(entry.preset or "openai-compatible")
-    assert found is not None  # checked by _preset first
-    return found.api_key_env
-
-
-def _tokens_per_second(ctx: _Context, at: Path, entry: ProviderTable) -> float | None:
-    rate = entry.tokens_per_second
-    if rate is not None and not 0 < rate < math.inf:
-        raise ctx.error((*at, "tokens_per_second"), "tokens_per_second must be positive")
-    return rate
-
-
-def _models(ctx: _Context, at: Path, models: Sequence[ModelTable]) -> tuple[ModelSpec, ...]:
-    specs: list[ModelSpec] = []
+def _check_models(ctx: _Context, at: Path, models: Sequence[ModelSpec]) -> None:
     seen: set[str] = set()
     for index, model in enumerate(models):
         where: Path = (*at, "models", index)
@@ -672,31 +638,9 @@ def _models(ctx: _Context, at: Path, models: Sequence[ModelTable]) -> tuple[Mode
         seen.add(model.id)
         if model.default_effort is not None and model.default_effort not in model.efforts:
             raise ctx.error((*where, "default_effort"), "default_effort must be one of `efforts`")
-        if model.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-            raise ctx.error(
-                (*where, "max_tokens_field"),
-                'max_tokens_field must be "max_tokens" or "max_completion_tokens"',
-            )
-        specs.append(
-            ModelSpec(
-                id=model.id,
-                name=model.name,
-                context_window=model.context_window,
-                default_max_tokens=model.default_max_tokens,
-                image_input=model.image_input,
-                efforts=model.efforts,
-                default_effort=model.default_effort,
-                max_tokens_field=model.max_tokens_field,
-            )
-        )
-    return tuple(specs)
 
 
 def _retry(ctx: _Context, at: Path, retry: RetryTable) -> ResolvedRetryPolicy:
-    if retry.mode not in ("normal", "always"):
-        raise ctx.error(
-            (*at, "mode"), f'unknown retry mode {retry.mode!r}; use "normal" or "always"'
-        )
     if retry.mode == "always":
         for field in ("max_retries", "retryable_codes"):
             if getattr(retry, field) is not None:
@@ -726,106 +670,43 @@ def _retry(ctx: _Context, at: Path, retry: RetryTable) -> ResolvedRetryPolicy:
 
 
 def _complete(
-    routes: list[RouteSpec], env: Mapping[str, str], default_idle: float | None
+    routes: list[RouteSpec], env: Mapping[str, str], default_idle: float | None, plugins: Plugins
 ) -> list[RouteSpec]:
-    """Add the detected environment routes and the built-in demo route."""
+    """Add the plugins' detected environment routes, then their built-in routes."""
     taken = {name for spec in routes for name in spec.providers}
     used_vars = {spec.api_key_env for spec in routes}
+    detected = plugins.detected()
     # A file that declares one of a variable's detected routes configures that
     # provider itself: the variable's other routes are not added either.
-    used_vars |= {var for var, route, _, _ in DETECTED_PROVIDERS if route in taken}
+    used_vars |= {found.key_env for _, found in detected if found.route in taken}
     out = list(routes)
-    for var, route, adapter, preset in DETECTED_PROVIDERS:
+    for _, found in detected:
+        var, route = found.key_env, found.route
         # Only presence is checked: the value is never kept, logged or shown.
         if env.get(var) and var not in used_vars and route not in taken:
-            out.append(
-                RouteSpec(
-                    route=route,
-                    adapter=adapter,
-                    source=f"environment {var}",
-                    preset=preset,
-                    api_key_env=var,
-                    stream_idle_timeout=default_idle,
-                )
-            )
+            source = f"environment {var}"
+            out.append(_route_spec(found.config, [route], source, default_idle, key_env=var))
             taken.add(route)
-    if "demo" not in taken:
-        out.append(
-            RouteSpec(
-                route="demo",
-                adapter="demo",
-                source="built-in",
-                stream_idle_timeout=default_idle,
-                # Paced like a real model, so a terminal shows it streaming.
-                tokens_per_second=BUILTIN_DEMO_TOKENS_PER_SECOND,
-            )
-        )
+    for plugin in plugins.adapters.values():
+        for route, config in plugin.builtin:
+            if route not in taken:
+                out.append(_route_spec(config, [route], "built-in", default_idle))
+                taken.add(route)
     return out
 
 
 # ---- building and registering --------------------------------------------------------------
 
 
-def build_adapter(spec: RouteSpec, *, environ: Mapping[str, str] | None = None) -> Adapter:
+def build_adapter(spec: RouteSpec, *, environ: Mapping[str, str] | None = None) -> llmrt.Adapter:
     """A new adapter instance for ``spec`` (no I/O; keys are read per call, from ``environ``).
 
-    Raises `ValueError` only for a spec `load_config` did not produce and the
-    adapter refuses.
+    Raises `ValueError` for a spec without its adapter's config (one `load_config`
+    did not produce) or one the adapter refuses.
     """
-    match spec.adapter:
-        case "openai_chat":
-            return OpenAIChatAdapter(
-                preset=spec.preset or "openai-compatible",
-                base_url=spec.base_url,
-                api_key_env=spec.api_key_env,
-                models=spec.models,
-                display_name=spec.display_name,
-                retry_policy=spec.retry,
-                environ=environ,
-            )
-        case "anthropic":
-            extra: dict[str, Any] = {}
-            if spec.base_url is not None:
-                extra["base_url"] = spec.base_url
-            if spec.display_name is not None:
-                extra["display_name"] = spec.display_name
-            if spec.default_max_tokens is not None:
-                extra["default_max_tokens"] = spec.default_max_tokens
-            return AnthropicAdapter(
-                api_key_env=spec.api_key_env or _ANTHROPIC_KEY_ENV,
-                models=spec.models,
-                retry_policy=spec.retry,
-                environ=environ,
-                **extra,
-            )
-        case "demo":
-            return DemoAdapter(tokens_per_second=spec.tokens_per_second)
-        case "gemini":
-            return GeminiAdapter(
-                api_key_env=spec.api_key_env or _GEMINI_KEY_ENV,
-                models=spec.models,
-                retry_policy=spec.retry,
-                environ=environ,
-                **_http_extra(spec),
-            )
-        case "openai_responses":
-            return OpenAIResponsesAdapter(
-                api_key_env=spec.api_key_env or _OPENAI_KEY_ENV,
-                models=spec.models,
-                retry_policy=spec.retry,
-                environ=environ,
-                **_http_extra(spec),
-            )
-
-
-def _http_extra(spec: RouteSpec) -> dict[str, Any]:
-    """The optional settings of an HTTP adapter that the spec sets (others keep defaults)."""
-    extra: dict[str, Any] = {}
-    if spec.base_url is not None:
-        extra["base_url"] = spec.base_url
-    if spec.display_name is not None:
-        extra["display_name"] = spec.display_name
-    return extra
+    if spec.config is None:
+        raise ValueError(f"route {spec.route!r} has no adapter config to build from")
+    return spec.config.build(key_env=spec.api_key_env, retry=spec.retry, environ=environ)
 
 
 async def register_config(
@@ -862,58 +743,64 @@ async def register_config(
     return handles
 
 
+def _namespace_owner(config: Config, space: NamespaceSpec) -> AdapterPlugin | None:
+    """The plugin whose discovery serves ``space``: the first that reads its list."""
+    for plugin in config.plugins.adapters.values():
+        if plugin.namespaces is not None and space.discovery in plugin.namespaces.apis:
+            return plugin
+    return None
+
+
 async def register_settings(
     runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
 ) -> list[DirectoryHandle | DiscoveryHandle]:
     """Declare ``config``'s configurable providers and offer one discovery per namespace.
 
-    The directory lists every OpenAI-compatible route of ``config`` (each
-    name of it, in its namespace), then, dormant, every hosted preset's
-    zero-config route that ``config`` does not register. Each namespace of
-    `Config.settings` gets an `EndpointDiscovery` that knows its routes'
-    endpoints and key variables (keys are read from ``environ`` per
-    interrogation). All or nothing, like `register_config`: raises
-    `llmrt.LlmError` ``DUPLICATE_ADAPTER`` when the runtime already has a
-    directory entry or a discovery these collide with. A checkpoint.
+    The directory lists every route of ``config`` whose adapter has settings
+    namespaces (each name of it, in its namespace), then, dormant, the
+    routes the plugins list although ``config`` does not register them (the
+    hosted presets' zero-config routes). Each namespace of `Config.settings`
+    gets its owning plugin's discovery, which knows its routes' endpoints and
+    key variables (keys are read from ``environ`` per interrogation). All or
+    nothing, like `register_config`: raises `llmrt.LlmError`
+    ``DUPLICATE_ADAPTER`` when the runtime already has a directory entry or a
+    discovery these collide with. A checkpoint.
     """
     entries = []
-    routes: dict[str, dict[str, DiscoveryEndpoint]] = {ns.name: {} for ns in config.settings}
+    routes: dict[str, dict[str, tuple[str, str | None]]] = {ns.name: {} for ns in config.settings}
     for index, spec in enumerate(config.routes):
         ns = spec.namespace
-        if ns is None:
+        plugin = config.plugins.adapters.get(spec.adapter)
+        if ns is None or spec.config is None or plugin is None or plugin.namespaces is None:
             continue
         # The file's routes come first, in file order: the index is the entry's.
         path = ("provider", str(index)) if spec.source.startswith("config file") else ()
-        found = find_preset(spec.preset or "openai-compatible")
-        base_url = spec.base_url or (found.base_url if found is not None else None)
+        base_url = spec.config.endpoint()
         for name in spec.providers:
-            entries.append(
-                configurable_provider(
-                    name,
-                    preset=spec.preset,
-                    settings_ns=ns,
-                    settings_path=path,
-                    display_name=spec.display_name,
-                )
-            )
+            entries.append(plugin.namespaces.entry(name, spec.config, ns, path))
             if base_url is not None:
-                endpoint = DiscoveryEndpoint(base_url=base_url, api_key_env=spec.api_key_env)
-                routes[ns][name] = endpoint
+                routes[ns][name] = (base_url, spec.api_key_env)
     taken = {name for spec in config.routes for name in spec.providers}
-    for preset in PRESETS.values():
-        if preset.route is not None and preset.route not in taken:
-            entries.append(configurable_provider(preset.route, preset=preset.name))
-            taken.add(preset.route)
+    for plugin in config.plugins.adapters.values():
+        if plugin.namespaces is None:
+            continue
+        for route, dormant in plugin.namespaces.dormant:
+            if route not in taken:
+                entries.append(plugin.namespaces.entry(route, dormant, None, ()))
+                taken.add(route)
     handles: list[DirectoryHandle | DiscoveryHandle] = []
     try:
         if entries:
             handles.append(await runtime.register_configurable_providers(entries))
         for space in config.settings:
+            owner = _namespace_owner(config, space)
+            if owner is None or owner.namespaces is None:
+                continue
             default = None
             if space.base_url is not None:
-                default = DiscoveryEndpoint(base_url=space.base_url, api_key_env=space.api_key_env)
-            discovery = EndpointDiscovery(
-                api=space.discovery, routes=routes[space.name], default=default, environ=environ
+                default = (space.base_url, space.api_key_env)
+            discovery = owner.namespaces.discovery(
+                space.discovery, routes[space.name], default, environ
             )
             handles.append(await runtime.register_model_discovery(space.name, discovery))
     except BaseException:
