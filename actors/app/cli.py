@@ -42,6 +42,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from llmrt._groups import sole_exception
 from llmrt.adapters.plugin import ModelSpec
 
 from .._abort import AbortController
@@ -950,8 +951,9 @@ def main(
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
             # Nurseries wrap what went wrong; report the one cause plainly.
-            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
-                raise group.exceptions[0] from None
+            inner = sole_exception(group)
+            if isinstance(inner, Exception):
+                raise inner from None
             raise
     except configuration.ConfigError as exc:
         print(f"llmrt: {exc}", file=sys.stderr)

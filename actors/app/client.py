@@ -56,6 +56,7 @@ from llmrt import (
     ResolvedRetryPolicy,
     RetryScheduled,
 )
+from llmrt._groups import sole_exception
 
 from .._tracecontext import valid_traceparent
 from ..gateway._protocol import (
@@ -699,8 +700,8 @@ async def open_gateway_client(
     except BaseExceptionGroup as group:
         # Give the caller one exception, not a group around it: the body's own,
         # or a refusal that trio-websocket's reader raised during the upgrade.
-        if len(group.exceptions) == 1:
-            inner = group.exceptions[0]
+        inner = sole_exception(group)
+        if inner is not None:
             if isinstance(inner, HandshakeError):
                 raise _translate_handshake(inner, endpoint, token_sent=bool(token)) from None
             raise inner from inner.__cause__

@@ -40,6 +40,7 @@ from trio_websocket import (
 )
 
 import llmrt
+from llmrt._groups import sole_exception
 
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
@@ -460,8 +461,8 @@ async def serve_gateway(
     except BaseExceptionGroup as group:
         # Only the body raises (binding fails; the listener and connection
         # tasks contain their failures): give the caller that exception.
-        if len(group.exceptions) == 1:
-            inner = group.exceptions[0]
+        inner = sole_exception(group)
+        if inner is not None:
             raise inner from inner.__cause__
         raise
     finally:
