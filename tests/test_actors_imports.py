@@ -100,3 +100,12 @@ def test_the_built_in_adapters_are_entry_points() -> None:
     for kind, plugin in plugins.adapters.items():
         assert plugin.kind == kind
         assert f"llmrt.adapters.{kind}" in _concrete_adapters()
+
+
+def test_adapters_never_import_the_actors() -> None:
+    # The other direction: an adapter (and the plugin interface) needs only `llmrt`.
+    offenders = {
+        module: sorted(n for n in _imports(module, file) if n.startswith("llmrt.actors"))
+        for module, file in _modules(llmrt.adapters).items()
+    }
+    assert {m: names for m, names in offenders.items() if names} == {}

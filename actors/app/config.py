@@ -359,7 +359,7 @@ def _parse(text: str, ctx: _Context) -> Any:
         raise ConfigError(ctx.file, line, f"TOML syntax error: {message}", column=col) from None
     ctx.lines = locate_lines(text)
     _refuse_secrets(ctx, raw, ())
-    _check_settings_tables(ctx, raw.get("settings"))
+    _check_settings_tables(ctx, raw)
     configs = tuple(plugin.config for plugin in ctx.plugins.adapters.values())
     try:
         return msgspec.convert(raw, file_table(configs))
@@ -400,19 +400,22 @@ def _refuse_secrets(ctx: _Context, value: object, path: Path) -> None:
             _refuse_secrets(ctx, item, (*path, index))
 
 
-def _from_msgspec(ctx: _Context, message: str, raw: Mapping[str, Any]) -> ConfigError:
+def _from_msgspec(
+    ctx: _Context, message: str, raw: Mapping[str, Any], *, at: Path = ()
+) -> ConfigError:
     """msgspec's error at its value's line, reworded where the schema knows better.
 
     An invalid ``adapter`` is an unknown (or unusable) adapter; a key another
     adapter's Struct has "does not apply" to this one; an invalid choice
     names its key. Values are echoed only for these closed choices (never
-    secrets: those keys were refused before decoding).
+    secrets: those keys were refused before decoding). ``at`` is where the
+    value msgspec was given sits in the file.
     """
     # TOML calls msgspec's "object" a table.
     message = message.replace("`object`", "`table`")
     found = _MSGSPEC_AT.match(message)
     # msgspec leaves out " - at `$`" for the document itself.
-    path = parse_path(found["path"]) if found else ()
+    path = (*at, *(parse_path(found["path"]) if found else ()))
     reason = found["reason"] if found else message
     unknown = _UNKNOWN_FIELD.search(reason)
     invalid = _INVALID_VALUE.match(reason)
@@ -437,27 +440,20 @@ def _from_msgspec(ctx: _Context, message: str, raw: Mapping[str, Any]) -> Config
             )
     # An unknown key is reported at its table; its own line is more useful.
     line = ctx.line_near((*path, unknown[1]) if unknown else path)
-    at = f" - at `{format_path(path)}`" if found else ""
-    return ConfigError(ctx.file, line, reason + at, code=code)
+    where = f" - at `{format_path(path)}`" if path else ""
+    return ConfigError(ctx.file, line, reason + where, code=code)
 
 
-def _check_settings_tables(ctx: _Context, settings: object) -> None:
+def _check_settings_tables(ctx: _Context, raw: Mapping[str, Any]) -> None:
     """Convert each ``[settings.NAME]`` alone: msgspec's own path would say ``[...]``, not NAME."""
+    settings = raw.get("settings")
     if not isinstance(settings, dict):
         return  # msgspec reports the whole-table problem
     for name, value in settings.items():
         try:
             msgspec.convert(value, SettingsTable)
         except msgspec.ValidationError as exc:
-            message = str(exc).replace("`object`", "`table`")
-            found = _MSGSPEC_AT.match(message)
-            reason, inner = (found["reason"], parse_path(found["path"])) if found else (message, ())
-            unknown = _UNKNOWN_FIELD.search(reason)
-            path: Path = ("settings", name, *inner)
-            error = ctx.error((*path, unknown[1]) if unknown else path, reason)
-            raise ConfigError(
-                error.file, error.line, f"{reason} - at `{format_path(path)}`"
-            ) from None
+            raise _from_msgspec(ctx, str(exc), raw, at=("settings", name)) from None
 
 
 def _namespaces(
