@@ -20,6 +20,7 @@ import pytest
 
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.app.plugins import PLUGIN_ERROR, installed, load_plugins
+from llmrt.adapters.plugin import AdapterConfig, AdapterPlugin
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 SECRET = "sk-echo-never-shown-0123456789"
@@ -264,6 +265,34 @@ def test_a_plugin_that_is_not_a_plugin_or_mistagged_is_a_problem() -> None:
     assert plugins.adapters == {}
     assert "is not an AdapterPlugin" in plugins.problems["notplugin"]
     assert "tagged 'demo', not 'renamed'" in plugins.problems["renamed"]
+
+
+class RaisingConfig(AdapterConfig, tag="raising", frozen=True):
+    def check(self) -> None:
+        raise RuntimeError(SECRET)
+
+
+#: Loaded by entry points below (this test module is importable by its name).
+RAISING = AdapterPlugin(config=RaisingConfig, summary="a plugin whose check() has a bug")
+NOT_A_STRUCT = AdapterPlugin(config=dict, summary="no config Struct")  # type: ignore[arg-type]
+
+
+def test_a_plugin_bug_is_a_coded_error_of_its_kind(tmp_path: pathlib.Path) -> None:
+    points = [
+        EntryPoint("raising", f"{__name__}:RAISING", "llmrt.adapters"),
+        EntryPoint("nostruct", f"{__name__}:NOT_A_STRUCT", "llmrt.adapters"),
+        EntryPoint("demo", "llmrt.adapters.demo:PLUGIN", "llmrt.adapters"),
+    ]
+    plugins = load_plugins(points)
+    assert list(plugins.adapters) == ["raising", "demo"]
+    assert "not an AdapterConfig Struct" in plugins.problems["nostruct"]
+    path = tmp_path / "llmrt.toml"
+    path.write_text('[[provider]]\nroute = "r"\nadapter = "raising"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={}, plugins=plugins)
+    assert caught.value.code == PLUGIN_ERROR and caught.value.line == 3
+    assert "failed to check its entry (RuntimeError)" in caught.value.reason
+    assert SECRET not in str(caught.value)
 
 
 def test_unknown_adapter_lists_the_installed_ones(tmp_path: pathlib.Path) -> None:

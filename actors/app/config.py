@@ -583,7 +583,16 @@ def _file_routes(
                 )
             seen[name] = index
         idle = _check_idle(ctx, (*at, "stream_idle_timeout"), entry.stream_idle_timeout)
-        problem = entry.check()
+        try:
+            problem = entry.check()
+        except Exception as exc:  # a plugin's bug is its kind's problem, with a code
+            raise ctx.error(
+                (*at, "adapter"),
+                # The type only: the message might quote a value of the entry.
+                f"adapter {entry.__struct_config__.tag!r} failed to check its entry "
+                f"({type(exc).__name__})",
+                code=PLUGIN_ERROR,
+            ) from None
         if problem is not None:
             raise ctx.error((*at, *problem[0]), problem[1])
         retry = None

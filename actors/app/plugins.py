@@ -6,7 +6,8 @@ third-party adapter package adds its own (see ``docs/adapters.md``).
 
 A plugin that cannot be used is a problem of its kind alone, never of the
 process: an entry point that fails to import, that is not an
-`AdapterPlugin`, whose config Struct's tag is not the entry point's name,
+`AdapterPlugin`, whose config is not an `AdapterConfig` Struct or is not
+tagged with the entry point's name,
 or a kind claimed by two different entry points. Each problem is one line
 (`PLUGIN_ERROR`); ``llmrt.toml`` reports it where an entry uses that kind,
 the CLI prints it, and every other adapter keeps working.
@@ -21,7 +22,7 @@ from typing import Final
 
 import attrs
 
-from llmrt.adapters.plugin import ENTRY_POINT_GROUP, AdapterPlugin, Detected
+from llmrt.adapters.plugin import ENTRY_POINT_GROUP, AdapterConfig, AdapterPlugin, Detected
 
 __all__ = ["PLUGIN_ERROR", "Plugins", "installed", "load_plugins"]
 
@@ -73,6 +74,8 @@ def load_plugins(points: Iterable[EntryPoint]) -> Plugins:
             continue
         if not isinstance(plugin, AdapterPlugin):
             problems[name] = f"adapter {name!r}: {found[0].value} is not an AdapterPlugin"
+        elif not (isinstance(plugin.config, type) and issubclass(plugin.config, AdapterConfig)):
+            problems[name] = f"adapter {name!r}: its config is not an AdapterConfig Struct"
         elif plugin.kind != name:
             problems[name] = (
                 f"adapter {name!r}: its config Struct is tagged {plugin.kind!r}, not {name!r}"
