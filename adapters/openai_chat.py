@@ -464,7 +464,7 @@ _DEFAULT_MODELS: Final[Mapping[str, str]] = {
 
 
 def _directory_entry(
-    route: str, config: AdapterConfig | None, settings_ns: str | None, path: tuple[str, ...]
+    route: str, config: AdapterConfig, settings_ns: str | None, path: tuple[str, ...]
 ) -> ConfigurableProvider:
     assert isinstance(config, OpenAIChatConfig), config
     return configurable_provider(

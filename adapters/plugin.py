@@ -225,7 +225,8 @@ class Namespaces:
 
     ``builtin`` names the namespaces that always exist, each with the list
     (one of ``apis``) its endpoints are asked for; a ``[settings.NAME]``
-    table may add more. ``entry`` makes a route's directory entry,
+    table may add more. ``entry(route, config, namespace, settings_path)``
+    makes a route's directory entry (``namespace`` None: the config's own),
     ``discovery`` one namespace's discovery from its routes' endpoints
     ``{route: (base_url, key variable)}`` and its default endpoint.
     ``dormant`` are routes listed in the directory although not configured.
@@ -233,7 +234,7 @@ class Namespaces:
 
     builtin: tuple[tuple[str, str], ...]
     apis: tuple[str, ...]
-    entry: Callable[[str, AdapterConfig | None, str | None, tuple[str, ...]], ConfigurableProvider]
+    entry: Callable[[str, AdapterConfig, str | None, tuple[str, ...]], ConfigurableProvider]
     discovery: Callable[
         [
             str,
