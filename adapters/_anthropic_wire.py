@@ -29,7 +29,6 @@ emitted block: ``{"signature": ...}`` for a signed thinking block,
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import msgspec
@@ -45,7 +44,6 @@ from llmrt import (
     LlmError,
     LlmFailure,
     Message,
-    ModelSource,
     ReasoningBlock,
     ReplayEnvelope,
     StreamChunk,
@@ -59,11 +57,7 @@ from llmrt import (
 from ._blocks import Block, BlockKind, BlockTracker
 from ._bodies import describe_json_error
 from ._classify import classify_stream_error
-from ._prompt import image_placeholder, system_prompt
-
-#: Replay state that cannot be used is reported here (WARNING), never raised:
-#: the message is sent as provider-neutral content instead.
-replay_log = logging.getLogger("llmrt.replay")
+from ._prompt import image_placeholder, replay_entries, system_prompt, tool_arguments
 
 __all__ = ["AnthropicStreamDecoder", "build_anthropic_body"]
 
@@ -456,44 +450,8 @@ def _tool_result(result: ToolResultBlock, image_input: bool) -> dict[str, Any]:
     return out
 
 
-def _tool_input(call: ToolCallBlock) -> Any:
-    if not call.arguments.strip():
-        return {}  # a call without arguments
-    try:
-        value = msgspec.json.decode(call.arguments)
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise LlmError(
-            ErrorCode.INVALID_REQUEST,
-            f"arguments of tool call {call.id!r} are not a JSON object",
-        )
-    return value
-
-
-def _replay_entries(message: Message) -> tuple[Any, ...] | None:
-    source = message.source
-    if type(source) is not ModelSource or source.replay_state is None:
-        return None
-    entries = source.replay_state.blocks
-    # Entries describe the stored blocks position by position; a mismatch
-    # means the state does not describe this content, so none of it is used.
-    if entries is None or len(entries) != len(message.content):
-        replay_log.warning(
-            "replay state of message %s (%s/%s) does not describe its %d blocks "
-            "(%s entries); sending the message without it",
-            message.id,
-            source.provider,
-            source.model,
-            len(message.content),
-            "no" if entries is None else len(entries),
-        )
-        return None
-    return entries
-
-
 def _assistant_content(message: Message) -> list[dict[str, Any]]:
-    entries = _replay_entries(message)
+    entries = replay_entries(message)
     out: list[dict[str, Any]] = []
     for position, block in enumerate(message.content):
         if type(block) is TextBlock:
@@ -505,7 +463,7 @@ def _assistant_content(message: Message) -> list[dict[str, Any]]:
                     "type": "tool_use",
                     "id": block.id,
                     "name": block.name,
-                    "input": _tool_input(block),
+                    "input": tool_arguments(block),
                 }
             )
         elif type(block) is ReasoningBlock:

@@ -45,7 +45,6 @@ from llmrt import (
     ImageBlock,
     LlmError,
     Message,
-    ModelSource,
     ReasoningBlock,
     ReplayEnvelope,
     StreamChunk,
@@ -58,7 +57,7 @@ from llmrt import (
 
 from ._blocks import Block, BlockKind, BlockTracker
 from ._classify import classify_stream_error
-from ._prompt import image_placeholder, system_prompt
+from ._prompt import image_placeholder, replay_entries, system_prompt, tool_arguments
 
 __all__ = [
     "GENERATED_CALL_ID_PREFIX",
@@ -384,33 +383,6 @@ def _image_part(image: ImageBlock, image_input: bool) -> dict[str, Any]:
     return {"inlineData": {"mimeType": image.media_type, "data": image.data}}
 
 
-def _arguments(call: ToolCallBlock) -> Any:
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(call.arguments)
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise LlmError(
-            ErrorCode.INVALID_REQUEST,
-            f"arguments of tool call {call.id!r} are not a JSON object",
-        )
-    return value
-
-
-def _replay_entries(message: Message) -> tuple[Any, ...] | None:
-    source = message.source
-    if type(source) is not ModelSource or source.replay_state is None:
-        return None
-    entries = source.replay_state.blocks
-    # Entries describe the stored blocks position by position; a mismatch
-    # means the state does not describe this content, so none of it is used.
-    if entries is None or len(entries) != len(message.content):
-        return None
-    return entries
-
-
 def _signature(entries: tuple[Any, ...] | None, position: int) -> str | None:
     entry = entries[position] if entries is not None else None
     if isinstance(entry, dict):
@@ -421,7 +393,7 @@ def _signature(entries: tuple[Any, ...] | None, position: int) -> str | None:
 
 
 def _model_parts(message: Message, *, skip_signature: bool) -> list[dict[str, Any]]:
-    entries = _replay_entries(message)
+    entries = replay_entries(message)
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for position, block in enumerate(message.content):
@@ -436,7 +408,7 @@ def _model_parts(message: Message, *, skip_signature: bool) -> list[dict[str, An
                 continue  # unsigned thoughts cannot be replayed
             part = {"text": block.text, "thought": True}
         elif type(block) is ToolCallBlock:
-            function: dict[str, Any] = {"name": block.name, "args": _arguments(block)}
+            function: dict[str, Any] = {"name": block.name, "args": tool_arguments(block)}
             if not block.id.startswith(GENERATED_CALL_ID_PREFIX):
                 function["id"] = block.id
             part = {"functionCall": function}

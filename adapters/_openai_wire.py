@@ -52,7 +52,7 @@ from llmrt import (
 from ._blocks import Block, BlockTracker
 from ._bodies import describe_json_error
 from ._classify import classify_stream_error
-from ._prompt import image_placeholder, system_prompt
+from ._prompt import image_placeholder, system_prompt, tool_result_text
 
 __all__ = ["OpenAIStreamDecoder", "build_openai_body"]
 
@@ -429,18 +429,6 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _tool_text(result: ToolResultBlock, images: list[ImageBlock], image_input: bool) -> str:
-    texts: list[str] = ["[tool error]"] if result.is_error else []
-    for block in result.content:
-        if type(block) is TextBlock:
-            texts.append(block.text)
-        elif type(block) is ImageBlock:
-            texts.append(image_placeholder(block))
-            if image_input:
-                images.append(block)
-    return "\n\n".join(texts)
-
-
 def _user_messages(message: Message, image_input: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -455,7 +443,7 @@ def _user_messages(message: Message, image_input: bool) -> list[dict[str, Any]]:
         elif type(block) is ToolResultBlock:
             # Tool messages carry text only; their images follow in a user message.
             images: list[ImageBlock] = []
-            text = _tool_text(block, images, image_input)
+            text = tool_result_text(block, images, image_input)
             out.append({"role": "tool", "tool_call_id": block.tool_call_id, "content": text})
             if images:
                 parts.append(

@@ -44,7 +44,6 @@ from llmrt import (
     LlmError,
     LlmFailure,
     Message,
-    ModelSource,
     ReasoningBlock,
     ReplayEnvelope,
     StreamChunk,
@@ -56,7 +55,7 @@ from llmrt import (
 
 from ._blocks import Block, BlockTracker
 from ._classify import classify_stream_error
-from ._prompt import image_placeholder, system_prompt
+from ._prompt import image_placeholder, replay_entries, system_prompt, tool_result_text
 
 __all__ = ["ResponsesStreamDecoder", "build_responses_body"]
 
@@ -364,18 +363,6 @@ def _image(image: ImageBlock, image_input: bool) -> dict[str, Any]:
     return {"type": "input_image", "image_url": url, "detail": "auto"}
 
 
-def _tool_output(result: ToolResultBlock, images: list[ImageBlock], image_input: bool) -> str:
-    texts: list[str] = ["[tool error]"] if result.is_error else []
-    for block in result.content:
-        if type(block) is TextBlock:
-            texts.append(block.text)
-        elif type(block) is ImageBlock:
-            texts.append(image_placeholder(block))
-            if image_input:
-                images.append(block)
-    return "\n\n".join(texts)
-
-
 def _user_items(message: Message, image_input: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -386,7 +373,7 @@ def _user_items(message: Message, image_input: bool) -> list[dict[str, Any]]:
             parts.append(_image(block, image_input))
         elif type(block) is ToolResultBlock:
             images: list[ImageBlock] = []
-            output = _tool_output(block, images, image_input)
+            output = tool_result_text(block, images, image_input)
             out.append(
                 {"type": "function_call_output", "call_id": block.tool_call_id, "output": output}
             )
@@ -404,18 +391,6 @@ def _user_items(message: Message, image_input: bool) -> list[dict[str, Any]]:
     if parts:
         out.append({"type": "message", "role": "user", "content": parts})
     return out
-
-
-def _replay_entries(message: Message) -> tuple[Any, ...] | None:
-    source = message.source
-    if type(source) is not ModelSource or source.replay_state is None:
-        return None
-    entries = source.replay_state.blocks
-    # Entries describe the stored blocks position by position; a mismatch
-    # means the state does not describe this content, so none of it is used.
-    if entries is None or len(entries) != len(message.content):
-        return None
-    return entries
 
 
 def _reasoning_item(entry: Any) -> dict[str, Any] | None:
@@ -437,7 +412,7 @@ def _reasoning_item(entry: Any) -> dict[str, Any] | None:
 
 
 def _assistant_items(message: Message) -> list[dict[str, Any]]:
-    entries = _replay_entries(message)
+    entries = replay_entries(message)
     out: list[dict[str, Any]] = []
     texts: list[str] = []
 

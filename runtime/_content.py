@@ -110,13 +110,14 @@ def image_identity(image: ImageBlock) -> str:
 
 
 def image_placeholder(image: ImageBlock) -> str:
-    """The text a route that takes no images gets instead of `image`.
+    """The text that stands for `image` where the image itself cannot go: on a route
+    that takes no images, or in a tool result whose images travel apart.
 
     Deterministic and distinct per image (`image_identity`), so the same
     history always projects to the same request and a model can still tell
     two images apart.
     """
-    return f"[image omitted: {image_identity(image)}]"
+    return f"[image: {image_identity(image)}]"
 
 
 class ToolCallBlock(Wire, frozen=True, tag_field="type", tag="tool-call"):

@@ -35,6 +35,7 @@ from llmrt import (
     ToolCallDelta,
     ToolSchema,
     UsageChunk,
+    image_placeholder,
 )
 from llmrt.adapters._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 
@@ -521,9 +522,9 @@ def test_anthropic_body_on_a_text_only_route() -> None:
         conversation(max_tokens=77), image_input=False, default_max_tokens=4096
     )
     assert body["max_tokens"] == 77
-    assert body["messages"][0]["content"][1] == {"type": "text", "text": "[image: image/png]"}
+    assert body["messages"][0]["content"][1] == {"type": "text", "text": image_placeholder(PNG)}
     result = body["messages"][2]["content"][0]
-    assert result["content"][1] == {"type": "text", "text": "[image: image/jpeg]"}
+    assert result["content"][1] == {"type": "text", "text": image_placeholder(JPEG_URL)}
     assert '"image"' not in json.dumps(body)
 
 

@@ -25,6 +25,7 @@ from llmrt import (
     TextBlock,
     ToolCallBlock,
     UsageChunk,
+    image_placeholder,
 )
 from llmrt.adapters._gemini_wire import GeminiStreamDecoder, build_gemini_body
 
@@ -192,7 +193,7 @@ def test_thinking_off_and_a_text_only_route() -> None:
         thinking_budget=0,
     )
     assert body["contents"] == [
-        {"role": "user", "parts": [{"text": "look"}, {"text": "[image: image/jpeg]"}]}
+        {"role": "user", "parts": [{"text": "look"}, {"text": image_placeholder(image)}]}
     ]
     assert body["generationConfig"] == {
         "thinkingConfig": {"includeThoughts": False, "thinkingBudget": 0}

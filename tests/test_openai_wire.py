@@ -33,6 +33,7 @@ from llmrt import (
     ToolCallDelta,
     ToolSchema,
     UsageChunk,
+    image_placeholder,
 )
 from llmrt.adapters._openai_wire import OpenAIStreamDecoder, build_openai_body
 
@@ -361,7 +362,11 @@ def test_openai_body_for_a_full_conversation() -> None:
                 }
             ],
         },
-        {"role": "tool", "tool_call_id": "call_1", "content": "18 C\n\n[image: image/jpeg]"},
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "18 C\n\n" + image_placeholder(JPEG_URL),
+        },
         {
             "role": "user",
             "content": [
@@ -389,11 +394,15 @@ def test_openai_body_on_a_text_only_route() -> None:
     assert "stream_options" not in body and "reasoning_effort" not in body
     assert body["messages"][1]["content"] == [
         {"type": "text", "text": "Weather here?"},
-        {"type": "text", "text": "[image: image/png]"},
+        {"type": "text", "text": image_placeholder(PNG)},
     ]
     # The tool result keeps its placeholder and no image message follows it.
     assert body["messages"][3:] == [
-        {"role": "tool", "tool_call_id": "call_1", "content": "18 C\n\n[image: image/jpeg]"}
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "18 C\n\n" + image_placeholder(JPEG_URL),
+        }
     ]
     assert "image_url" not in json.dumps(body)
 

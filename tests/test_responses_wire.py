@@ -22,6 +22,7 @@ from llmrt import (
     StreamChunk,
     TextBlock,
     ToolCallBlock,
+    image_placeholder,
 )
 from llmrt.adapters._responses_wire import ResponsesStreamDecoder, build_responses_body
 
@@ -155,7 +156,7 @@ def test_tool_result_images_follow_in_a_user_message() -> None:
         {
             "type": "function_call_output",
             "call_id": "c1",
-            "output": "[tool error]\n\nchart\n\n[image: image/png]",
+            "output": "[tool error]\n\nchart\n\n" + image_placeholder(image),
         },
         {
             "type": "message",
@@ -187,7 +188,7 @@ def test_text_only_routes_get_placeholders_and_unsigned_reasoning_stays_home() -
         {
             "type": "message",
             "role": "user",
-            "content": [{"type": "input_text", "text": "[image: image/png]"}],
+            "content": [{"type": "input_text", "text": image_placeholder(image)}],
         },
         {"type": "message", "role": "assistant", "content": "ok"},
     ]
