@@ -6,24 +6,18 @@ from collections.abc import Iterable
 
 import msgspec
 
-from llmrt import (
-    Adapter,
+from llmrt._adapter import Adapter
+from llmrt._attachment import ImageAttachments
+from llmrt._content import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, image_placeholder
+from llmrt._errors import ErrorCode, LlmError
+from llmrt._image_route import ImageRequestPolicy, project_request_images
+from llmrt._request import (
     CallConfigDefaults,
-    ContentBlock,
-    ErrorCode,
     GenerateOptions,
-    ImageAttachments,
-    ImageBlock,
-    ImageRequestPolicy,
     LlmCallConfig,
-    LlmError,
     ModelInfo,
     ModelModality,
     ResolvedModelInfo,
-    TextBlock,
-    ToolResultBlock,
-    image_placeholder,
-    project_request_images,
 )
 
 __all__ = [

@@ -21,14 +21,12 @@ import msgspec
 import outcome
 import trio
 
-from llmrt import (
-    Adapter,
+from llmrt._adapter import Adapter
+from llmrt._errors import ErrorCode, LlmError
+from llmrt._request import ConfigurableProvider, ProviderInfo
+from llmrt._retry import (
     AlwaysRetryPolicy,
-    ConfigurableProvider,
-    ErrorCode,
-    LlmError,
     NormalRetryPolicy,
-    ProviderInfo,
     ResolvedRetryPolicy,
     default_retry_policy,
 )
