@@ -23,6 +23,7 @@ import trio
 
 from llmrt._adapter import Adapter
 from llmrt._errors import ErrorCode, LlmError
+from llmrt._helpers import revalidated
 from llmrt._request import ConfigurableProvider, ProviderInfo
 from llmrt._retry import (
     AlwaysRetryPolicy,
@@ -399,8 +400,8 @@ def _retry_policy(adapter: Adapter, provider: str) -> ResolvedRetryPolicy:
     try:
         # A round trip validates the constraints a constructor does not check, and
         # detaches the value from anything the adapter holds.
-        return _policy_decoder.decode(msgspec.json.encode(policy))
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        return revalidated(_policy_decoder, policy)
+    except msgspec.ValidationError as exc:
         raise LlmError(
             ErrorCode.INVALID_PROVIDER, f"provider {provider!r}: invalid retry policy: {exc}"
         ) from None

@@ -21,6 +21,7 @@ from llmrt._attachment import (
 from llmrt._chunks import Finish, FinishAborted, FinishError
 from llmrt._content import ImageBlock
 from llmrt._errors import ErrorCode, LlmError
+from llmrt._helpers import raise_sole, revalidated
 from llmrt._image_route import ImageRequestPolicy, ImageRequestPricing
 from llmrt._request import (
     CallConfigDefaults,
@@ -472,8 +473,8 @@ class LlmRuntime:
                 f"discovery for {settings_ns!r} must return a sequence of DiscoveredModel",
             )
         try:
-            models = _discovered_decoder.decode(msgspec.json.encode(tuple(found)))
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+            models = revalidated(_discovered_decoder, tuple(found))
+        except msgspec.ValidationError as exc:
             raise LlmError(
                 ErrorCode.INVALID_MODEL_INFO, f"discovery for {settings_ns!r} returned {exc}"
             ) from None
@@ -614,7 +615,4 @@ async def open_runtime(
     except BaseExceptionGroup as group:
         # Only the body can raise (the runtime's own tasks never do): give the
         # caller its own exception, not a group around it.
-        if len(group.exceptions) == 1:
-            exc = group.exceptions[0]
-            raise exc from exc.__cause__
-        raise
+        raise_sole(group)
