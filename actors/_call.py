@@ -452,7 +452,7 @@ class Call:
         series = self._series
         assert series is not None  # set by __aenter__ before the task starts
         delivered: Finish | None = None
-        raised: Exception | None = None
+        middleware_failed = False
         try:
             if self._cause is not None:  # aborted before it started: no lookup, no I/O
                 item: Finish | _Raise = self._cause
@@ -462,6 +462,7 @@ class Call:
                 clock = trio.lowlevel.current_clock()
                 finish: Finish | None = None
                 failed: Exception | None = None
+                raised: Exception | None = None
                 source: AsyncIterator[StreamChunk] | None = None
                 forwarded = 0
                 dropped = 0
@@ -514,6 +515,7 @@ class Call:
                         self._release()
                 core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
                 item = self._outcome(finish, failed, raised, saw_block)
+                middleware_failed = type(item) is _Raise
             if not box.put_nowait(item):
                 await box.put(item)
             if type(item) is Finish:
@@ -529,7 +531,7 @@ class Call:
             latency = None
             if delivered is not None and delivered is self._cause and self._aborted_at is not None:
                 latency = trio.current_time() - self._aborted_at
-            core.call_ended(self, series, delivered, raised is not None, latency)
+            core.call_ended(self, series, delivered, middleware_failed, latency)
             if self._done is not None:
                 self._done.set()
 
