@@ -465,7 +465,6 @@ class Call:
                 raised: Exception | None = None
                 source: AsyncIterator[StreamChunk] | None = None
                 forwarded = 0
-                dropped = 0
                 saw_block = False
                 started = first = self._watch_last = clock.current_time()
                 self._watch()
@@ -505,14 +504,7 @@ class Call:
                         else:
                             raised = exc  # it left the middleware chain
                     finally:
-                        if source is not None:
-                            if finish is not None and self._cause is None:
-                                dropped = await self._drain(source)
-                            await _aclose(source)
-                        if self._inner is not None and self._inner is not source:
-                            # A middleware that stopped iterating ``next`` without closing it.
-                            await _aclose(self._inner)
-                        self._release()
+                        dropped = await self._close(source, finish is not None)
                 core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
                 item = self._outcome(finish, failed, raised, saw_block)
                 middleware_failed = type(item) is _Raise
@@ -523,17 +515,37 @@ class Call:
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell
         finally:
-            box.close()
-            self._task_done = True
-            if self._watch_entry is not None:
-                core.watchdog.forget(self._watch_entry)
-                self._watch_entry = None
-            latency = None
-            if delivered is not None and delivered is self._cause and self._aborted_at is not None:
-                latency = trio.current_time() - self._aborted_at
-            core.call_ended(self, series, delivered, middleware_failed, latency)
-            if self._done is not None:
-                self._done.set()
+            self._ended_task(series, delivered, middleware_failed)
+
+    async def _close(self, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:
+        """Close what the call opened and release its lease; the chunks dropped after a finish."""
+        dropped = 0
+        if source is not None:
+            if finished and self._cause is None:
+                dropped = await self._drain(source)
+            await _aclose(source)
+        if self._inner is not None and self._inner is not source:
+            # A middleware that stopped iterating ``next`` without closing it.
+            await _aclose(self._inner)
+        self._release()
+        return dropped
+
+    def _ended_task(
+        self, series: CallSeries, delivered: Finish | None, middleware_failed: bool
+    ) -> None:
+        """The call task's last step: close the box, stop watching, count the call out."""
+        self._box.close()
+        self._task_done = True
+        core = self._core
+        if self._watch_entry is not None:
+            core.watchdog.forget(self._watch_entry)
+            self._watch_entry = None
+        latency = None
+        if delivered is not None and delivered is self._cause and self._aborted_at is not None:
+            latency = trio.current_time() - self._aborted_at
+        core.call_ended(self, series, delivered, middleware_failed, latency)
+        if self._done is not None:
+            self._done.set()
 
     async def _dispatch(self) -> AsyncIterator[StreamChunk] | Finish:
         """The head of the chain: the outermost middleware's stream, or (empty chain) the adapter's.
