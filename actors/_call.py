@@ -29,36 +29,34 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
 
 import attrs
 import msgspec
 import trio
 
-from llmrt import (
-    Adapter,
+from llmrt._adapter import Adapter
+from llmrt._attachment import ImageAttachments
+from llmrt._chunks import (
     BlockEnd,
     BlockStart,
-    ErrorCode,
     Finish,
     FinishAborted,
     FinishError,
     FinishStop,
-    GenerateOptions,
-    LlmError,
-    LlmFailure,
-    ModelModality,
-    ModelSource,
     ReasoningDelta,
-    Redactor,
-    ResolvedRetryPolicy,
     StreamChunk,
     TextDelta,
     ToolCallDelta,
     UsageChunk,
-    failure_of,
 )
+from llmrt._content import ModelSource
+from llmrt._errors import ErrorCode, LlmError, LlmFailure, failure_of
+from llmrt._redact import Redactor
+from llmrt._request import GenerateOptions, ModelModality
+from llmrt._retry import ResolvedRetryPolicy
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
@@ -70,13 +68,19 @@ from ._prepare import (
     validated_model_info,
 )
 from ._registration import Registration
+from ._stats import CallSeries
 from ._topology import Route
+from ._watchdog import Entry, Watchdog
 
-if TYPE_CHECKING:
-    from ._runtime import RuntimeCore
-    from ._stats import CallSeries
-
-__all__ = ["Call", "Next", "Middleware", "PreparedTarget", "aborted_message", "current_call"]
+__all__ = [
+    "Call",
+    "CallHost",
+    "Next",
+    "Middleware",
+    "PreparedTarget",
+    "aborted_message",
+    "current_call",
+]
 
 log = logging.getLogger("llmrt.actors")
 
@@ -138,6 +142,60 @@ def _not_a_chunk(cls: type) -> Finish:
     )
 
 
+class CallHost(Protocol):
+    """What a call needs of the runtime that started it: the narrow core.
+
+    Defined here, by the call, so the dependency points one way: the runtime
+    implements this (`_runtime.RuntimeCore`), and a call never sees the
+    registry, the statistics or the nursery behind it.
+    """
+
+    #: Chunks a call buffers for its consumer.
+    channel_size: int
+    #: The middleware chain, outermost last; empty: calls go straight to the adapter.
+    middlewares: tuple[Middleware, ...]
+    #: The host's image store (None: durable images are refused).
+    image_attachments: ImageAttachments | None
+    #: The idle watchdog of every call of this runtime.
+    watchdog: Watchdog
+
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        """The provider routes of the current topology (an immutable snapshot)."""
+        ...
+
+    def call_started(self, call: Call) -> CallSeries:
+        """Count ``call`` in (aborting it when the runtime is closing); its statistics series."""
+        ...
+
+    def spawn(self, call: Call) -> bool:
+        """Start ``call``'s task; False when the runtime can no longer run tasks."""
+        ...
+
+    def call_worked(
+        self,
+        series: CallSeries,
+        forwarded: int,
+        dropped: int,
+        started: float,
+        first: float,
+        ended: float,
+    ) -> None:
+        """Count a call's adapter work (see `_runtime.RuntimeCore.call_worked`)."""
+        ...
+
+    def call_ended(
+        self,
+        call: Call,
+        series: CallSeries,
+        delivered: Finish | None,
+        middleware_failed: bool,
+        abort_latency: float | None,
+    ) -> None:
+        """Count ``call`` out: what it delivered (None: the consumer left first)."""
+        ...
+
+
 @attrs.frozen
 class PreparedTarget:
     """What a prepared call fixed in advance: the registration and the resolved config."""
@@ -171,7 +229,7 @@ class Call:
     iteration.
     """
 
-    _core: RuntimeCore
+    _core: CallHost
     options: GenerateOptions
     _signal: AbortSignal | None
     _target: PreparedTarget | None
@@ -191,10 +249,14 @@ class Call:
     _signal_key: int | None = attrs.field(default=None, init=False)
     _inner: AsyncIterator[StreamChunk] | None = attrs.field(default=None, init=False)
     _adapter_error: Exception | None = attrs.field(default=None, init=False)
-    watch_last: float = attrs.field(default=0.0, init=False)
-    watch_paused: bool = attrs.field(default=False, init=False)
-    watch_done: bool = attrs.field(default=False, init=False)
-    watch_entry: list[Any] | None = attrs.field(default=None, init=False)
+    #: trio time of the last progress (start, or last chunk from the adapter).
+    _watch_last: float = attrs.field(default=0.0, init=False)
+    #: True while the call waits on its consumer (idle time does not count).
+    _watch_paused: bool = attrs.field(default=False, init=False)
+    #: True once the call task ended (or never could start).
+    _task_done: bool = attrs.field(default=False, init=False)
+    #: The watchdog's entry for this call (None when not watched).
+    _watch_entry: Entry | None = attrs.field(default=None, init=False)
     _entered: bool = attrs.field(default=False, init=False)
     #: The statistics series this call counts into (set when it starts).
     _series: CallSeries | None = attrs.field(default=None, init=False)
@@ -253,8 +315,18 @@ class Call:
                 self.abort(signal.reason)
             else:
                 self._signal_key = signal._subscribe(self.abort)
-        self._series = self._core.start_call(self)
+        core = self._core
+        self._series = series = core.call_started(self)
+        if not core.spawn(self):
+            self._never_ran(series)
         return self
+
+    def _never_ran(self, series: CallSeries) -> None:
+        """The runtime could not start the task (its nursery is closed): finish without one."""
+        self._box.put_nowait(self._lost())
+        self._box.close()
+        self._task_done = True
+        self._core.call_ended(self, series, None, False, None)
 
     async def __aexit__(self, *exc_info: object) -> None:
         """Stop the call; return once its task has ended and the adapter's iterator is closed.
@@ -264,13 +336,13 @@ class Call:
         """
         if not self._entered:
             return  # never started: no task to wait for
-        if not self.watch_done:
+        if not self._task_done:
             # Cancel first: a producer parked inside the scope gets Cancelled; then
             # leave(), which wakes one parked outside it (delivering its finish).
             self._scope.cancel()
             self._box.leave()
             with trio.CancelScope(shield=True):
-                if not self.watch_done:
+                if not self._task_done:
                     self._done = trio.Event()
                     await self._done.wait()
         self._unsubscribe()
@@ -335,18 +407,34 @@ class Call:
         if self._stop(Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code)))):
             self._aborted_at = trio.current_time()
 
-    def watch_expired(self) -> None:
+    def idle_check(self, now: float) -> float | None:
+        """The watchdog's one question: when is this call due next?
+
+        The idle time counts only while the call waits on its adapter. None:
+        the call idled too long and was stopped with ``TIMEOUT`` now. Infinity:
+        another cause stopped it already, and its end will forget the entry.
+        """
+        due = (now if self._watch_paused else self._watch_last) + self.idle_timeout
+        if due > now:
+            return due
         if self._stop(
             _error(
                 ErrorCode.TIMEOUT,
                 f"no chunk from the adapter for {self.idle_timeout:g} s (stream idle timeout)",
             )
         ):
-            self._core.stats.watchdog_firings += 1
+            return None
+        return math.inf
+
+    def _watch(self) -> None:
+        """(Re-)arm the idle watchdog from the last progress."""
+        self._watch_entry = self._core.watchdog.watch(
+            self, self._watch_last + self.idle_timeout, self._watch_entry
+        )
 
     def _stop(self, cause: Finish) -> bool:
         """Make ``cause`` the call's terminal item, unless one was chosen; True if it was."""
-        if self._cause is None and not self.watch_done:
+        if self._cause is None and not self._task_done:
             self._cause = cause
             self._scope.cancel()
             return True
@@ -364,6 +452,7 @@ class Call:
         series = self._series
         assert series is not None  # set by __aenter__ before the task starts
         delivered: Finish | None = None
+        middleware_failed = False
         try:
             if self._cause is not None:  # aborted before it started: no lookup, no I/O
                 item: Finish | _Raise = self._cause
@@ -371,31 +460,23 @@ class Call:
                 # The clock object and method calls on it and on ``box``: no bound
                 # method object per call lives in this frame.
                 clock = trio.lowlevel.current_clock()
-                direct = not core.middlewares
                 finish: Finish | None = None
-                failure: LlmFailure | None = None
-                raised: BaseException | None = None
+                failed: Exception | None = None
+                raised: Exception | None = None
                 source: AsyncIterator[StreamChunk] | None = None
                 forwarded = 0
-                dropped = 0
                 saw_block = False
-                started = first = self.watch_last = clock.current_time()
-                core.watchdog.watch(self)
+                started = first = self._watch_last = clock.current_time()
+                self._watch()
                 with self._scope:
                     try:
-                        if direct:
-                            selected = await self._select(self.options)
-                            if type(selected) is Finish:
-                                finish = selected
-                            else:
-                                adapter, options = selected  # type: ignore[misc]
-                                source = adapter.stream(options)
+                        opened = await self._dispatch()
+                        if isinstance(opened, Finish):
+                            finish = opened
                         else:
-                            _CURRENT_CALL.set(self)  # the call task's own context
-                            source = self._chain()(self.options)
-                        if source is not None:
+                            source = opened
                             async for chunk in source:
-                                self.watch_last = clock.current_time()
+                                self._watch_last = clock.current_time()
                                 if self._cause is not None:
                                     break
                                 cls = type(chunk)
@@ -408,63 +489,99 @@ class Call:
                                     finish = _not_a_chunk(cls)
                                     break
                                 if not forwarded:
-                                    first = self.watch_last
+                                    first = self._watch_last
                                 forwarded += 1
                                 if not box.put_nowait(chunk):
-                                    self.watch_paused = True
+                                    self._watch_paused = True
                                     try:
                                         await box.put(chunk)
                                     finally:
-                                        self.watch_paused = False
-                                        self.watch_last = clock.current_time()
+                                        self._watch_paused = False
+                                        self._watch_last = clock.current_time()
                     except Exception as exc:
-                        if direct:
-                            self._adapter_error = exc
-                            failure = failure_of(exc)
+                        if source is not None and source is self._inner:
+                            failed = exc  # the empty chain: the exception is the adapter's own
                         else:
-                            raised = exc
+                            raised = exc  # it left the middleware chain
                     finally:
-                        if source is not None:
-                            if finish is not None and self._cause is None:
-                                dropped = await self._drain(source)
-                            await _aclose(source)
-                        if self._inner is not None:
-                            # A middleware that stopped iterating ``next`` without closing it.
-                            await _aclose(self._inner)
-                        self._release()
+                        dropped = await self._close(source, finish is not None)
                 core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
-                item = self._outcome(finish, failure, raised, saw_block)
+                item = self._outcome(finish, failed, raised, saw_block)
+                middleware_failed = type(item) is _Raise
             if not box.put_nowait(item):
                 await box.put(item)
             if type(item) is Finish:
                 delivered = item
-                if item is self._cause and self._aborted_at is not None:
-                    core.stats.abort_to_finish.observe(trio.current_time() - self._aborted_at)
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell
         finally:
-            box.close()
-            self.watch_done = True
-            core.call_ended(self, series, delivered)
-            if self._done is not None:
-                self._done.set()
+            self._ended_task(series, delivered, middleware_failed)
+
+    async def _close(self, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:
+        """Close what the call opened and release its lease; the chunks dropped after a finish."""
+        dropped = 0
+        if source is not None:
+            if finished and self._cause is None:
+                dropped = await self._drain(source)
+            await _aclose(source)
+        if self._inner is not None and self._inner is not source:
+            # A middleware that stopped iterating ``next`` without closing it.
+            await _aclose(self._inner)
+        self._release()
+        return dropped
+
+    def _ended_task(
+        self, series: CallSeries, delivered: Finish | None, middleware_failed: bool
+    ) -> None:
+        """The call task's last step: close the box, stop watching, count the call out."""
+        self._box.close()
+        self._task_done = True
+        core = self._core
+        if self._watch_entry is not None:
+            core.watchdog.forget(self._watch_entry)
+            self._watch_entry = None
+        latency = None
+        if delivered is not None and delivered is self._cause and self._aborted_at is not None:
+            latency = trio.current_time() - self._aborted_at
+        core.call_ended(self, series, delivered, middleware_failed, latency)
+        if self._done is not None:
+            self._done.set()
+
+    async def _dispatch(self) -> AsyncIterator[StreamChunk] | Finish:
+        """The head of the chain: the outermost middleware's stream, or (empty chain) the adapter's.
+
+        The empty chain is the innermost ``next`` opened at once, so a call
+        without middleware iterates the adapter's own stream: no generator
+        layer per chunk. A Finish: the call ended before any stream (lookup,
+        config or image projection failed).
+        """
+        middlewares = self._core.middlewares
+        if not middlewares:
+            opened = await self._open(self.options)
+            if not isinstance(opened, Finish):
+                self._inner = opened
+            return opened
+        _CURRENT_CALL.set(self)  # the call task's own context
+        nxt: Next = self._innermost
+        for middleware in reversed(middlewares):
+            nxt = _link(middleware, nxt)
+        return nxt(self.options)
 
     def _outcome(
         self,
         finish: Finish | None,
-        failure: LlmFailure | None,
-        raised: BaseException | None,
+        failed: Exception | None,
+        raised: Exception | None,
         saw_block: bool,
     ) -> Finish | _Raise:
         """The one terminal item: the first cause, a middleware error, or the corrected finish."""
         if self._cause is not None and finish is None:
             return self._cause
         if raised is not None:
-            self._core.stats.middleware_errors += 1
             return _Raise(raised)
         if finish is None:
-            if failure is not None:
-                return Finish(reason=FinishError(failure=self._redactor().failure(failure)))
+            if failed is not None:
+                return self._adapter_failed(failed)
             return _error(ErrorCode.PROTOCOL, "the adapter's stream ended without a finish chunk")
         kind = type(finish.reason)
         if kind is FinishStop and not saw_block:
@@ -498,11 +615,21 @@ class Call:
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    def _chain(self) -> Next:
-        nxt: Next = self._innermost
-        for middleware in reversed(self._core.middlewares):
-            nxt = _link(middleware, nxt)
-        return nxt
+    def _adapter_failed(self, exc: Exception) -> Finish:
+        """The error finish for an exception the adapter raised (kept in `adapter_error`)."""
+        self._adapter_error = exc
+        return Finish(reason=FinishError(failure=self._redactor().failure(failure_of(exc))))
+
+    async def _open(self, options: GenerateOptions) -> AsyncIterator[StreamChunk] | Finish:
+        """The innermost ``next`` opened: select the adapter, then start its stream."""
+        selected = await self._select(options)
+        if isinstance(selected, Finish):
+            return selected
+        adapter, options = selected
+        try:
+            return adapter.stream(options)
+        except Exception as exc:
+            return self._adapter_failed(exc)
 
     def _innermost(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         if self._inner is not None:
@@ -511,27 +638,22 @@ class Call:
         return self._inner
 
     async def _terminal(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        """The innermost ``next``: adapter lookup, then the adapter's chunks.
+        """The innermost ``next`` under middleware: `_open`, then the adapter's chunks.
 
         Adapter failures become an error finish here, so middleware sees them
         as chunks and any exception that leaves the chain is a middleware's.
         """
-        selected = await self._select(options)
-        if type(selected) is Finish:
-            yield selected
+        source = await self._open(options)
+        if isinstance(source, Finish):
+            yield source
             return
-        adapter, options = selected  # type: ignore[misc]
-        source = None
         try:
-            source = adapter.stream(options)
             async for chunk in source:
                 yield chunk
         except Exception as exc:
-            self._adapter_error = exc
-            yield Finish(reason=FinishError(failure=self._redactor().failure(failure_of(exc))))
+            yield self._adapter_failed(exc)
         finally:
-            if source is not None:
-                await _aclose(source)
+            await _aclose(source)
             self._release()
 
     async def _select(self, options: GenerateOptions) -> tuple[Adapter, GenerateOptions] | Finish:
@@ -544,7 +666,7 @@ class Call:
             )
         if self._target is not None:
             route = self._target.route
-            current = core.registry.topology.routes.get(options.provider)
+            current = core.routes.get(options.provider)
             if current is None or current.registration is not route.registration:
                 return _error(
                     ErrorCode.NO_ADAPTER,
@@ -552,7 +674,7 @@ class Call:
                     f"provider {options.provider!r}",
                 )
         else:
-            found = core.registry.topology.routes.get(options.provider)
+            found = core.routes.get(options.provider)
             if found is None:
                 return _error(
                     ErrorCode.NO_ADAPTER,
@@ -570,7 +692,7 @@ class Call:
         adapter = registration.adapter
         if route.idle_timeout != self.idle_timeout:
             self.idle_timeout = route.idle_timeout
-            self._core.watchdog.watch(self)
+            self._watch()
         if self._target is None:
             try:
                 info = await validated_model_info(adapter, options.provider, options.model)
@@ -592,7 +714,7 @@ class Call:
             if not isinstance(exc, LlmError):
                 self._adapter_error = exc  # raised by the adapter's image_request_policy()
             return Finish(reason=FinishError(failure=failure_of(exc)))
-        return adapter, _gate_replay(options, registration, core.registry.topology.routes)
+        return adapter, _gate_replay(options, registration, core.routes)
 
     def _release(self) -> None:
         if self._registration is not None:
@@ -622,7 +744,7 @@ def _link(middleware: Middleware, inner: Next) -> Next:
 
 
 def _gate_replay(
-    options: GenerateOptions, registration: Registration, routes: Any
+    options: GenerateOptions, registration: Registration, routes: Mapping[str, Route]
 ) -> GenerateOptions:
     """Strip replay state that this registration's adapter may not see.
 

@@ -25,7 +25,7 @@ from typing import Any
 import outcome
 import trio
 
-from llmrt import ReasoningDelta, TextDelta, ToolCallDelta
+from llmrt._chunks import ReasoningDelta, TextDelta, ToolCallDelta
 
 __all__ = ["Mailbox", "MAX_TEXT"]
 

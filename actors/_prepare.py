@@ -6,24 +6,19 @@ from collections.abc import Iterable
 
 import msgspec
 
-from llmrt import (
-    Adapter,
+from llmrt._adapter import Adapter
+from llmrt._attachment import ImageAttachments
+from llmrt._content import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, image_placeholder
+from llmrt._errors import ErrorCode, LlmError
+from llmrt._helpers import revalidated
+from llmrt._image_route import ImageRequestPolicy, project_request_images
+from llmrt._request import (
     CallConfigDefaults,
-    ContentBlock,
-    ErrorCode,
     GenerateOptions,
-    ImageAttachments,
-    ImageBlock,
-    ImageRequestPolicy,
     LlmCallConfig,
-    LlmError,
     ModelInfo,
     ModelModality,
     ResolvedModelInfo,
-    TextBlock,
-    ToolResultBlock,
-    image_placeholder,
-    project_request_images,
 )
 
 __all__ = [
@@ -57,8 +52,8 @@ async def validated_model_info(adapter: Adapter, provider: str, model: str) -> R
         raise _invalid(provider, f"resolve_model() returned {type(info).__name__}")
     try:
         # Round trip: checks the field constraints a constructor skips, and detaches.
-        info = _info_decoder.decode(msgspec.json.encode(info))
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        info = revalidated(_info_decoder, info)
+    except msgspec.ValidationError as exc:
         raise _invalid(
             provider, f"resolve_model({model!r}) returned invalid metadata: {exc}"
         ) from None
@@ -91,8 +86,8 @@ async def validated_model_list(adapter: Adapter, provider: str) -> tuple[ModelIn
     if models is None or not all(isinstance(m, ModelInfo) for m in models):
         raise _invalid(provider, "list_models() must return a sequence of ModelInfo")
     try:
-        detached = _list_decoder.decode(msgspec.json.encode(models))
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        detached = revalidated(_list_decoder, models)
+    except msgspec.ValidationError as exc:
         raise _invalid(provider, f"list_models() returned invalid metadata: {exc}") from None
     for model in detached:
         if model.provider != provider:

@@ -15,7 +15,8 @@ from typing import Protocol
 import attrs
 import trio
 
-from llmrt import Adapter, ErrorCode
+from llmrt._adapter import Adapter
+from llmrt._errors import ErrorCode
 
 __all__ = ["Registration", "Leaseholder"]
 

@@ -1,34 +1,37 @@
 """The registry actor: owns routes, the configurable-provider directory and discovery offers.
 
-Every mutation arrives on the registry's mailbox and is applied by its one
-task, so commits are serialized. Each commit validates the whole candidate
-set first, then swaps in a new immutable `Topology` in one synchronous step
-(no reader ever sees half a change) and notifies `adapters_updated`
-subscribers without ever waiting for them.
+Every mutation is one synchronous step after a checkpoint, so commits are
+serialized by trio itself: it validates the whole candidate set first, then
+swaps in a new immutable `Topology` (no reader ever sees half a change) and
+notifies `adapters_updated` subscribers without ever waiting for them.
+
+The registry's methods do that work in the caller's task. A mailbox served
+by the registry's own task bought nothing here: no commit awaits anything,
+so there is nothing for a queue to order, and the reply channel, the
+`outcome` boxing and the closure each request carried cost allocations and
+two context switches per request. What the actor still owns is the lifetime
+of the registration actors: they run in its nursery, and are drained when
+it ends.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import MappingProxyType
-from typing import Any, TypeVar
 
 import attrs
 import msgspec
-import outcome
 import trio
 
-from llmrt import (
-    Adapter,
+from llmrt._adapter import Adapter
+from llmrt._errors import ErrorCode, LlmError
+from llmrt._helpers import revalidated
+from llmrt._request import ConfigurableProvider, ProviderInfo
+from llmrt._retry import (
     AlwaysRetryPolicy,
-    ConfigurableProvider,
-    ErrorCode,
-    LlmError,
     NormalRetryPolicy,
-    ProviderInfo,
     ResolvedRetryPolicy,
     default_retry_policy,
 )
@@ -39,7 +42,6 @@ from ._topology import EMPTY_TOPOLOGY, Discover, Route, Topology, check_provider
 __all__ = ["Registry", "RegistrationHandle", "DirectoryHandle", "DiscoveryHandle"]
 
 log = logging.getLogger("llmrt.actors")
-T = TypeVar("T")
 
 #: How long calls of a disposed registration may run on before they are aborted.
 DEFAULT_DRAIN_TIMEOUT = 30.0
@@ -50,16 +52,8 @@ _policy_decoder: msgspec.json.Decoder[ResolvedRetryPolicy] = msgspec.json.Decode
 
 
 @attrs.define(eq=False)
-class _Message:
-    """One mailbox request: what to run inside the actor, and where the outcome goes."""
-
-    apply: Callable[[], Any]
-    reply: trio.MemorySendChannel[outcome.Outcome[Any]]
-
-
-@attrs.define(eq=False)
 class Registry:
-    """Owner of the topology. Public methods post to the mailbox and await the reply."""
+    """Owner of the topology. Each change method commits, or raises and changes nothing."""
 
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     topology: Topology = attrs.field(default=EMPTY_TOPOLOGY, init=False)
@@ -75,39 +69,23 @@ class Registry:
     )
     _ids: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _mailbox: trio.MemorySendChannel[_Message] = attrs.field(init=False)
-    _inbox: trio.MemoryReceiveChannel[_Message] = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._mailbox, self._inbox = trio.open_memory_channel[_Message](64)
+    #: Set by `close`: the actor drains every registration and ends.
+    _closing: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     # ---- the actor -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the mailbox until it closes; registration actors live in this actor's nursery.
+        """Host the registration actors until `close` (or cancellation).
 
-        Leaving (mailbox closed or cancelled) drains every registration at once
-        and closes its adapter.
+        Leaving drains every registration at once and closes its adapter.
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
             try:
-                async with self._inbox:
-                    async for message in self._inbox:
-                        result = outcome.capture(message.apply)
-                        if isinstance(result, outcome.Value) and isinstance(
-                            result.value, Registration
-                        ):
-                            # A new registration: its actor must be running before the reply.
-                            await nursery.start(result.value.run)
-                            result = outcome.Value(self._handle_for(result.value))
-                        # A requester that was cancelled is gone; the commit stands.
-                        with contextlib.suppress(
-                            trio.BrokenResourceError, trio.ClosedResourceError
-                        ):
-                            message.reply.send_nowait(result)
+                await self._closing.wait()
             finally:
+                self._closing.set()  # cancelled: refuse changes from now on too
                 for registration in list(self._registrations):
                     registration.drain(0)
                 self._registrations.clear()
@@ -117,24 +95,16 @@ class Registry:
                     send.close()
                 self._subscribers.clear()
 
-    async def _call(self, apply: Callable[[], T]) -> T:
-        send, recv = trio.open_memory_channel[outcome.Outcome[Any]](1)
-        try:
-            self._mailbox.send_nowait(_Message(apply, send))
-        except trio.WouldBlock:
-            await self._mailbox.send(_Message(apply, send))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise trio.ClosedResourceError("the runtime is closed") from None
-        async with recv:
-            try:
-                result: outcome.Outcome[T] = await recv.receive()
-            except trio.EndOfChannel:  # pragma: no cover - the actor always replies
-                raise trio.ClosedResourceError("the runtime is closed") from None
-        return result.unwrap()
+    async def _change(self) -> trio.Nursery:
+        """The checkpoint before a change; refuses it once the runtime is closed."""
+        await trio.lowlevel.checkpoint()
+        if self._closing.is_set() or self._nursery is None:
+            raise trio.ClosedResourceError("the runtime is closed")
+        return self._nursery
 
     def close(self) -> None:
-        """Stop taking requests; the actor drains every registration and ends."""
-        self._mailbox.close()
+        """Stop taking changes; the actor drains every registration and ends."""
+        self._closing.set()
 
     # ---- subscriptions -------------------------------------------------------------------
 
@@ -227,45 +197,38 @@ class Registry:
         if not isinstance(adapter, Adapter):
             raise TypeError(f"adapter must be an llmrt.Adapter, not {type(adapter).__name__}")
 
-        def apply() -> Registration:
-            for registration in self._registrations:
-                if registration.adapter is adapter:
-                    raise LlmError(
-                        ErrorCode.DUPLICATE_ADAPTER,
-                        "this adapter instance is already registered; use its handle's replace()",
-                    )
-            registration = Registration(
-                adapter=adapter, id=next(self._ids), idle_timeout=idle_timeout
-            )
-            routes = self._routes_for(registration, providers, allow_empty=False)
-            self._registrations[registration] = tuple(providers)
-            self._publish(routes=routes)
-            return registration
-
-        # The actor swaps the new Registration for its handle once the registration's
-        # actor has started (see run()).
-        handle: RegistrationHandle = await self._call(apply)  # type: ignore[arg-type]
-        return handle
-
-    def _handle_for(self, registration: Registration) -> RegistrationHandle:
+        nursery = await self._change()
+        for registration in self._registrations:
+            if registration.adapter is adapter:
+                raise LlmError(
+                    ErrorCode.DUPLICATE_ADAPTER,
+                    "this adapter instance is already registered; use its handle's replace()",
+                )
+        registration = Registration(adapter=adapter, id=next(self._ids), idle_timeout=idle_timeout)
+        routes = self._routes_for(registration, providers, allow_empty=False)
+        self._registrations[registration] = tuple(providers)
+        self._publish(routes=routes)
+        # Its actor runs before the handle exists. Shielded: the commit stands even
+        # if the caller is cancelled now, and an actor whose start was cancelled
+        # would close the adapter of a published route. It starts at once.
+        with trio.CancelScope(shield=True):
+            await nursery.start(registration.run)
         return RegistrationHandle(self, registration)
 
     async def replace(self, registration: Registration, providers: Sequence[str]) -> None:
-        def apply() -> None:
-            if registration not in self._registrations:
-                raise LlmError(
-                    ErrorCode.REGISTRATION_DISPOSED, "this adapter registration was disposed"
-                )
-            routes = self._routes_for(registration, providers, allow_empty=True)
-            self._registrations[registration] = tuple(providers)
-            self._publish(routes=routes)
-
-        await self._call(apply)
+        await self._change()
+        if registration not in self._registrations:
+            raise LlmError(
+                ErrorCode.REGISTRATION_DISPOSED, "this adapter registration was disposed"
+            )
+        routes = self._routes_for(registration, providers, allow_empty=True)
+        self._registrations[registration] = tuple(providers)
+        self._publish(routes=routes)
 
     async def dispose(self, registration: Registration, drain_timeout: float | None) -> None:
-        def apply() -> None:
-            if registration not in self._registrations:
-                return
+        await trio.lowlevel.checkpoint()
+        # A closed runtime drains every registration already.
+        if not self._closing.is_set() and registration in self._registrations:
             del self._registrations[registration]
             routes = {
                 name: route
@@ -274,10 +237,6 @@ class Registry:
             }
             self._publish(routes=routes)
             registration.drain(self.drain_timeout if drain_timeout is None else drain_timeout)
-
-        # A closed runtime drains every registration already.
-        with contextlib.suppress(trio.ClosedResourceError):
-            await self._call(apply)
         await registration.closed.wait()
 
     @property
@@ -323,41 +282,37 @@ class Registry:
     async def set_directory(
         self, owner: object, entries: Sequence[ConfigurableProvider] | None, *, new: bool
     ) -> None:
-        def apply() -> None:
-            if entries is None:
-                if self._directory.pop(owner, None) is not None:
-                    self._publish()
-                return
-            if not new and owner not in self._directory:
-                raise LlmError(
-                    ErrorCode.REGISTRATION_DISPOSED, "this directory registration was withdrawn"
-                )
-            self._check_entries(owner, entries)
-            self._directory[owner] = tuple(entries)
-            self._publish()
-
-        await self._call(apply)
+        await self._change()
+        if entries is None:
+            if self._directory.pop(owner, None) is not None:
+                self._publish()
+            return
+        if not new and owner not in self._directory:
+            raise LlmError(
+                ErrorCode.REGISTRATION_DISPOSED, "this directory registration was withdrawn"
+            )
+        self._check_entries(owner, entries)
+        self._directory[owner] = tuple(entries)
+        self._publish()
 
     async def set_offer(self, settings_ns: str, owner: object, discover: Discover | None) -> None:
-        def apply() -> None:
-            if discover is None:
-                if self._offers.get(settings_ns) is owner:
-                    del self._offers[settings_ns]
-                    del self._discover[settings_ns]
-                    self._publish()
-                return
-            if not isinstance(settings_ns, str) or not settings_ns:
-                raise LlmError(ErrorCode.INVALID_PROVIDER, "settings_ns must be a non-empty string")
-            if settings_ns in self._offers:
-                raise LlmError(
-                    ErrorCode.DUPLICATE_ADAPTER,
-                    f"settings namespace {settings_ns!r} already has a model discovery",
-                )
-            self._offers[settings_ns] = owner
-            self._discover[settings_ns] = discover
-            self._publish()
-
-        await self._call(apply)
+        await self._change()
+        if discover is None:
+            if self._offers.get(settings_ns) is owner:
+                del self._offers[settings_ns]
+                del self._discover[settings_ns]
+                self._publish()
+            return
+        if not isinstance(settings_ns, str) or not settings_ns:
+            raise LlmError(ErrorCode.INVALID_PROVIDER, "settings_ns must be a non-empty string")
+        if settings_ns in self._offers:
+            raise LlmError(
+                ErrorCode.DUPLICATE_ADAPTER,
+                f"settings namespace {settings_ns!r} already has a model discovery",
+            )
+        self._offers[settings_ns] = owner
+        self._discover[settings_ns] = discover
+        self._publish()
 
     def discover_for(self, settings_ns: str) -> Discover | None:
         if settings_ns not in self._offers:
@@ -401,8 +356,8 @@ def _retry_policy(adapter: Adapter, provider: str) -> ResolvedRetryPolicy:
     try:
         # A round trip validates the constraints a constructor does not check, and
         # detaches the value from anything the adapter holds.
-        return _policy_decoder.decode(msgspec.json.encode(policy))
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+        return revalidated(_policy_decoder, policy)
+    except msgspec.ValidationError as exc:
         raise LlmError(
             ErrorCode.INVALID_PROVIDER, f"provider {provider!r}: invalid retry policy: {exc}"
         ) from None

@@ -24,36 +24,32 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import trio
 
-from llmrt import (
+from llmrt._chunks import Finish, FinishAborted, FinishError, UsageChunk
+from llmrt._errors import ErrorCode, LlmFailure
+from llmrt._request import GenerateOptions
+from llmrt._retry import (
     NEVER_RETRIED_CODES,
     AttemptChunk,
-    ErrorCode,
-    Finish,
-    FinishAborted,
-    FinishError,
-    GenerateOptions,
-    LlmFailure,
     NormalRetryPolicy,
     ResolvedRetryPolicy,
     RetryEvent,
     RetryScheduled,
-    UsageChunk,
     default_retry_policy,
 )
 
 from ._abort import AbortSignal
 from ._call import Call, aborted_message
 
-if TYPE_CHECKING:
-    from ._runtime import LlmRuntime, RuntimeCore
-
 __all__ = [
     "RetryCall",
+    "RetryHost",
+    "StartAttempt",
     "RetryCallContext",
     "backoff_delay_ms",
     "retry_delay_ms",
@@ -108,12 +104,33 @@ def retry_delay_ms(
     return backoff_delay_ms(policy, retries_done + 1, rng)
 
 
+#: Starts one attempt: what `LlmRuntime.stream` does, given to the retry executor.
+StartAttempt = Callable[[GenerateOptions, AbortSignal | None], Call]
+
+
+class RetryHost(Protocol):
+    """What the retry executor needs of its runtime (the runtime's core implements it)."""
+
+    #: True once the runtime began shutting down: no further attempt starts.
+    closing: bool
+    #: Set when shutdown starts: a back-off ends at once.
+    shutting_down: trio.Event
+
+    def retry_scheduled(self, code: str) -> None:
+        """Count a retry after a failure with ``code``."""
+        ...
+
+    def retry_ended(self, attempts: int) -> None:
+        """Count a retried call that ended after ``attempts`` attempts."""
+        ...
+
+
 @attrs.define(eq=False)
 class RetryCall:
     """A call run over as many attempts as its policy allows; iterate it for `RetryEvent`s."""
 
-    _runtime: LlmRuntime
-    _core: RuntimeCore
+    _start: StartAttempt
+    _core: RetryHost
     options: GenerateOptions
     _policy: ResolvedRetryPolicy | None
     _signal: AbortSignal | None
@@ -182,20 +199,20 @@ class RetryCall:
             if delay is not None:
                 await self._end_attempt()
                 self._pending_delay = delay
-                self._core.stats.retries[str(reason.failure.code)] += 1
+                self._core.retry_scheduled(str(reason.failure.code))
                 return RetryScheduled(attempt=self.attempt, failure=reason.failure, delay_ms=delay)
         return self._final(chunk)
 
     def _final(self, chunk: Finish) -> AttemptChunk:
         self._ended = True
-        self._core.stats.attempts[max(self.attempt, 1)] += 1
+        self._core.retry_ended(max(self.attempt, 1))
         return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
 
     async def _start_attempt(self) -> None:
         self.attempt += 1
         self._output = False
         # Kept only once entered: a call whose start was cancelled has nothing to stop.
-        self._call = await self._runtime.stream(self.options, signal=self._signal).__aenter__()
+        self._call = await self._start(self.options, self._signal).__aenter__()
 
     async def _end_attempt(self) -> None:
         call, self._call = self._call, None

@@ -4,42 +4,39 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
 import msgspec
 import trio
 
-from llmrt import (
-    Adapter,
-    AlwaysRetryPolicy,
-    CallConfigDefaults,
-    ConfigurableProvider,
-    DiscoveredModel,
-    ErrorCode,
-    Finish,
-    FinishAborted,
-    FinishError,
-    GenerateOptions,
+from llmrt._adapter import Adapter
+from llmrt._attachment import (
     ImageAttachmentAccess,
     ImageAttachmentRef,
     ImageAttachments,
-    ImageBlock,
-    ImageRequestPolicy,
-    ImageRequestPricing,
+    resolve_image_attachment_access,
+)
+from llmrt._chunks import Finish, FinishAborted, FinishError
+from llmrt._content import ImageBlock
+from llmrt._errors import ErrorCode, LlmError
+from llmrt._helpers import raise_sole, revalidated
+from llmrt._image_route import ImageRequestPolicy, ImageRequestPricing
+from llmrt._request import (
+    CallConfigDefaults,
+    ConfigurableProvider,
+    DiscoveredModel,
+    GenerateOptions,
     LlmCallConfig,
-    LlmError,
     ModelContext,
     ModelDiscoveryRequest,
     ModelInfo,
     ModelModality,
-    NormalRetryPolicy,
     ProviderInfo,
     ResolvedModelInfo,
-    ResolvedRetryPolicy,
-    resolve_image_attachment_access,
 )
+from llmrt._retry import AlwaysRetryPolicy, NormalRetryPolicy, ResolvedRetryPolicy
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
@@ -99,7 +96,12 @@ def _connection_pools(topology: Topology) -> dict[str, ConnectionPool]:
 
 @attrs.define(eq=False)
 class RuntimeCore:
-    """State shared by the facade and the call actors."""
+    """The runtime's state: the narrow core calls and retries are given.
+
+    Calls see it as a `CallHost`, retries as a `RetryHost` (both protocols
+    defined by their users), so neither imports this module; only the facade
+    below reaches the registry and the statistics.
+    """
 
     registry: Registry
     watchdog: Watchdog
@@ -116,8 +118,12 @@ class RuntimeCore:
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
     _all_ended: trio.Event = attrs.field(factory=trio.Event)
 
-    def start_call(self, call: Call) -> CallSeries:
-        """Count ``call`` in and start its task; returns the series it counts into."""
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        return self.registry.topology.routes
+
+    def call_started(self, call: Call) -> CallSeries:
+        """Count ``call`` in; returns the series it counts into."""
         stats = self.stats
         stats.calls_started += 1
         stats.calls_in_flight += 1
@@ -128,20 +134,30 @@ class RuntimeCore:
         self.calls.add(call)
         if self.closing:
             call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
-        try:
-            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
-        except RuntimeError:  # the runtime's nursery is closed: finish without a task
-            call._box.put_nowait(call._lost())
-            call._box.close()
-            self.call_ended(call, series, None)
-            call.watch_done = True
         return series
 
-    def call_ended(self, call: Call, series: CallSeries, delivered: Finish | None) -> None:
+    def spawn(self, call: Call) -> bool:
+        try:
+            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
+        except RuntimeError:  # the runtime's nursery is closed
+            return False
+        return True
+
+    def call_ended(
+        self,
+        call: Call,
+        series: CallSeries,
+        delivered: Finish | None,
+        middleware_failed: bool,
+        abort_latency: float | None,
+    ) -> None:
         self.calls.discard(call)
-        self.watchdog.forget(call)
         stats = self.stats
         stats.calls_in_flight -= 1
+        if middleware_failed:
+            stats.middleware_errors += 1
+        if abort_latency is not None:
+            stats.abort_to_finish.observe(abort_latency)
         if delivered is None:
             stats.finished["consumer-left"] += 1
             series.counters.finished["consumer-left", ""] += 1
@@ -179,6 +195,19 @@ class RuntimeCore:
         if forwarded:
             series.first_chunk.observe(first - started)
         series.duration.observe(ended - started)
+
+    def retry_scheduled(self, code: str) -> None:
+        self.stats.retries[code] += 1
+
+    def retry_ended(self, attempts: int) -> None:
+        self.stats.attempts[attempts] += 1
+
+    def statistics(self) -> RuntimeStatistics:
+        stats = self.stats
+        # The watchdog counts its own firings; the snapshot reports them with the rest.
+        stats.watchdog_firings = self.watchdog.firings
+        pools = _connection_pools(self.registry.topology)
+        return stats.snapshot(self.registry.registration_count, pools)
 
     async def shutdown(self, grace: float) -> None:
         """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
@@ -287,7 +316,7 @@ class LlmRuntime:
         if policy is not None and not isinstance(policy, NormalRetryPolicy | AlwaysRetryPolicy):
             raise TypeError("policy must be a NormalRetryPolicy or an AlwaysRetryPolicy")
         call = RetryCall(
-            self,
+            self._start_attempt,
             self._core,
             options,
             policy,
@@ -297,6 +326,9 @@ class LlmRuntime:
             check_retry_after_cap(max_retry_after_ms),
         )
         return RetryCallContext(call)
+
+    def _start_attempt(self, options: GenerateOptions, signal: AbortSignal | None) -> Call:
+        return self._stream(options, signal, None)
 
     def use(self, middleware: Middleware) -> None:
         """Add a middleware around every call started from now on (outermost last).
@@ -311,9 +343,7 @@ class LlmRuntime:
 
     def statistics(self) -> RuntimeStatistics:
         """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
-        registry = self._core.registry
-        pools = _connection_pools(registry.topology)
-        return self._core.stats.snapshot(registry.registration_count, pools)
+        return self._core.statistics()
 
     # ---- registry ------------------------------------------------------------------------
 
@@ -443,8 +473,8 @@ class LlmRuntime:
                 f"discovery for {settings_ns!r} must return a sequence of DiscoveredModel",
             )
         try:
-            models = _discovered_decoder.decode(msgspec.json.encode(tuple(found)))
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError) as exc:
+            models = revalidated(_discovered_decoder, tuple(found))
+        except msgspec.ValidationError as exc:
             raise LlmError(
                 ErrorCode.INVALID_MODEL_INFO, f"discovery for {settings_ns!r} returned {exc}"
             ) from None
@@ -585,7 +615,4 @@ async def open_runtime(
     except BaseExceptionGroup as group:
         # Only the body can raise (the runtime's own tasks never do): give the
         # caller its own exception, not a group around it.
-        if len(group.exceptions) == 1:
-            exc = group.exceptions[0]
-            raise exc from exc.__cause__
-        raise
+        raise_sole(group)

@@ -8,13 +8,13 @@ from types import MappingProxyType
 
 import attrs
 
-from llmrt import (
+from llmrt._request import (
     ConfigurableProvider,
     DiscoveredModel,
     ModelDiscoveryRequest,
     ProviderInfo,
-    ResolvedRetryPolicy,
 )
+from llmrt._retry import ResolvedRetryPolicy
 
 from ._registration import Registration
 

@@ -6,11 +6,13 @@ an entry comes due it re-reads the call's true due time: expired calls are
 told so, the others go back on the heap. So a chunk costs one float store,
 not a deadline update, and the runtime has one timer task, not one per call.
 
-A heap entry is ``[due, seq, call]``; the call keeps its current entry in
-``watch_entry``. Re-watching or forgetting a call clears the call out of its
-old entry, so a finished call (and the request it holds) is freed at once
-instead of waiting on the heap until its due time; the emptied entries are
-dropped when they come due or when they make up most of the heap.
+A heap entry is ``[due, seq, call]`` and belongs to the watchdog; the call
+holds the entry `watch` returned and hands it back to re-watch or `forget`.
+Forgetting clears the call out of its entry, so a finished call (and the
+request it holds) is freed at once instead of waiting on the heap until its
+due time; the emptied entries are dropped when they come due or when they
+make up most of the heap. The watchdog reads nothing of a call but one
+method, `Watched.idle_check`: the call keeps its own bookkeeping private.
 """
 
 from __future__ import annotations
@@ -26,17 +28,13 @@ __all__ = ["Watchdog", "Watched"]
 
 
 class Watched(Protocol):
-    #: trio time of the last progress (start, or last chunk from the adapter).
-    watch_last: float
-    #: True while the call waits on its consumer (idle time does not count).
-    watch_paused: bool
-    #: True once the call no longer needs watching.
-    watch_done: bool
-    idle_timeout: float
-    #: The call's live heap entry, kept by the watchdog (None when not watched).
-    watch_entry: list[Any] | None
+    def idle_check(self, now: float) -> float | None:
+        """When the call is next due, or None when it timed out at ``now`` (it then stopped)."""
+        ...
 
-    def watch_expired(self) -> None: ...
+
+#: A heap entry: ``[due, seq, call]``; ``call`` is None once the entry was cleared.
+Entry = list[Any]
 
 
 #: Emptied heap entries are dropped in one pass once there are more than this
@@ -51,21 +49,23 @@ class Watchdog:
     _sleep: trio.CancelScope | None = attrs.field(default=None, init=False)
     _dead: int = attrs.field(default=0, init=False)
 
-    def watch(self, call: Watched) -> None:
-        """Watch ``call`` from its current ``watch_last`` (again, if it was watched)."""
-        self._clear(call)
-        self._push(call.watch_last + call.idle_timeout, call)
+    #: Calls the watchdog stopped for idling, since the runtime opened.
+    firings: int = attrs.field(default=0, init=False)
 
-    def forget(self, call: Watched) -> None:
-        """Stop watching ``call`` (it finished); the heap no longer refers to it."""
-        self._clear(call)
+    def watch(self, call: Watched, due: float, old: Entry | None) -> Entry:
+        """Watch ``call`` until ``due`` (replacing its ``old`` entry); the entry to hand back."""
+        if old is not None:
+            self.forget(old)
+        self._seq += 1
+        entry = [due, self._seq, call]
+        self._push(entry)
+        return entry
 
-    def _clear(self, call: Watched) -> None:
-        entry = call.watch_entry
-        if entry is None:
-            return
+    def forget(self, entry: Entry) -> None:
+        """Stop watching through ``entry``; the heap no longer refers to its call."""
+        if entry[2] is None:
+            return  # cleared already, or popped by the watchdog
         entry[2] = None
-        call.watch_entry = None
         self._dead += 1
         heap = self._heap
         if self._dead > _COMPACT_AFTER and self._dead * 2 > len(heap):
@@ -73,11 +73,9 @@ class Watchdog:
             heapq.heapify(heap)
             self._dead = 0
 
-    def _push(self, due: float, call: Watched) -> None:
-        self._seq += 1
-        entry = [due, self._seq, call]
-        call.watch_entry = entry
+    def _push(self, entry: Entry) -> None:
         heapq.heappush(self._heap, entry)
+        due = entry[0]
         if self._sleep is not None and due < self._sleep.deadline:
             self._sleep.deadline = due
 
@@ -91,14 +89,20 @@ class Watchdog:
             self._sleep = None
             now = trio.current_time()
             while heap and heap[0][0] <= now:
-                call: Watched | None = heapq.heappop(heap)[2]
+                entry = heapq.heappop(heap)
+                call: Watched | None = entry[2]
                 if call is None:
                     self._dead -= 1
                     continue
-                call.watch_entry = None
-                due = (now if call.watch_paused else call.watch_last) + call.idle_timeout
-                if due <= now:
-                    call.watch_expired()
+                due = call.idle_check(now)
+                if due is None:
+                    entry[2] = None  # popped: a later forget() has nothing to clear
+                    self.firings += 1
                 else:
-                    self._push(due, call)
+                    # The same entry goes back: the call's reference to it stays valid.
+                    self._seq += 1
+                    entry[0] = due
+                    entry[1] = self._seq
+                    self._push(entry)
+            entry = []
             call = None  # this frame sleeps next: it must not keep the last call alive

@@ -3,7 +3,7 @@
 Process tree::
 
     llmrt serve --workers N        the supervisor: holds the port, prints, restarts
-     ├─ python -m llmrt.actors._workers SPEC     worker 0: a whole gateway
+     ├─ python -m llmrt.actors.app.worker SPEC   worker 0: a whole gateway
      ├─ ...                                      (runtime + serve_gateway)
      └─ worker N-1
 
@@ -49,14 +49,12 @@ collectors like the gateway's. Staleness is at most the snapshot period
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -64,11 +62,9 @@ import attrs
 import msgspec
 import trio
 
-from ._worker_figures import SNAPSHOT_SECONDS, SharedFigures, retire
-from .app import config as configuration
-from .gateway._metrics import Figures
+from ._worker_figures import SNAPSHOT_SECONDS, retire
 
-__all__ = ["WorkerSpec", "run_worker", "supervise", "worker_main"]
+__all__ = ["WorkerSpec", "supervise", "READY_LINE"]
 
 #: Restart back-off: first delay, cap, and the uptime after which it resets.
 BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET = 0.1, 5.0, 10.0
@@ -76,7 +72,8 @@ BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET = 0.1, 5.0, 10.0
 STARTUP_SECONDS = 30.0
 #: Slack on top of drain delay + grace + close timeout before stragglers are killed.
 STOP_SLACK = 5.0
-_READY = b"ready\n"
+#: What a worker writes on stdout once it serves.
+READY_LINE = b"ready\n"
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,88 +94,6 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_seconds: float = SNAPSHOT_SECONDS
 
 
-# ---- a worker process --------------------------------------------------------------------
-
-
-async def _watch_signals(stop: trio.Event, *, task_status: trio.TaskStatus[None]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            stop.set()  # a second signal changes nothing: the drain is bounded
-
-
-async def _watch_stdin(stop: trio.Event) -> None:
-    # The supervisor holds the other end of stdin: end of file means it is gone.
-    async with trio.lowlevel.FdStream(os.dup(0)) as stream:
-        while await stream.receive_some(1024):
-            pass
-    stop.set()
-
-
-async def _publish_every(
-    shared: SharedFigures, read: Callable[[], Figures], seconds: float
-) -> None:
-    while True:
-        await trio.to_thread.run_sync(shared.publish, read())
-        await trio.sleep(seconds)
-
-
-async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
-    """One worker: a gateway on the shared port until SIGTERM (or its supervisor leaves)."""
-    from .app.cli import (
-        _configured_runtime,
-        parse_args,
-        serve_middleware,
-        serve_options,
-        stop_gateway,
-    )
-    from .gateway import serve_gateway
-
-    args = parse_args(spec.argv)
-    config = configuration.load_config(args.config, environ=environ)
-    shared = SharedFigures(Path(spec.figures_dir), spec.slot)
-    stop = trio.Event()
-    async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        for middleware in serve_middleware(args):
-            rt.use(middleware)
-        await nursery.start(_watch_signals, stop)
-        serve = partial(
-            serve_gateway,
-            rt,
-            args.host,
-            spec.port,
-            reuse_port=True,
-            metrics_combine=shared.combine,
-            **serve_options(args, config, environ),
-        )
-        server = await nursery.start(serve)
-        publisher = trio.CancelScope()
-
-        async def publish() -> None:
-            with publisher:
-                await _publish_every(shared, server.figures, spec.snapshot_seconds)
-
-        nursery.start_soon(publish)
-        nursery.start_soon(_watch_stdin, stop)
-        os.write(1, _READY)
-        await stop.wait()
-        await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
-        publisher.cancel()
-        # The last figures, for the supervisor to fold into the retired sum.
-        await trio.to_thread.run_sync(shared.publish, server.figures())
-        nursery.cancel_scope.cancel()
-    return 0
-
-
-def worker_main(argv: Sequence[str]) -> int:
-    """Entry point of ``python -m llmrt.actors._workers SPEC``."""
-    if len(argv) != 1:
-        print("usage: python -m llmrt.actors._workers SPEC (llmrt serve runs it)", file=sys.stderr)
-        return 2
-    spec = msgspec.json.decode(argv[0], type=WorkerSpec)
-    return trio.run(run_worker, spec, dict(os.environ))
-
-
 # ---- the supervisor ----------------------------------------------------------------------
 
 
@@ -196,12 +111,12 @@ async def _await_ready(proc: trio.Process) -> bool:
     assert proc.stdout is not None
     data = b""
     with trio.move_on_after(STARTUP_SECONDS):
-        while not data.endswith(b"\n") and len(data) < len(_READY):
-            chunk = await proc.stdout.receive_some(len(_READY) - len(data))
+        while not data.endswith(b"\n") and len(data) < len(READY_LINE):
+            chunk = await proc.stdout.receive_some(len(READY_LINE) - len(data))
             if not chunk:
                 return False
             data += chunk
-        return data == _READY
+        return data == READY_LINE
     return False
 
 
@@ -242,7 +157,7 @@ class _Supervisor:
             command = [
                 sys.executable,
                 "-m",
-                "llmrt.actors._workers",
+                "llmrt.actors.app.worker",
                 msgspec.json.encode(self.spec(slot)).decode(),
             ]
             # A session of its own: a terminal's Ctrl-C reaches the supervisor
@@ -382,7 +297,3 @@ async def supervise(
         for sock in held:
             sock.close()
         shutil.rmtree(figures_dir, ignore_errors=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(worker_main(sys.argv[1:]))

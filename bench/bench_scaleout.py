@@ -88,7 +88,7 @@ from llmrt import (
     open_runtime,
     user_message,
 )
-from llmrt.actors._runtime import _CALL_TASK_NAME, RuntimeCore
+from llmrt.actors._runtime import RuntimeCore
 from llmrt.actors._stats import CallSeries, StatsCounters, _ProviderCounters
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._counters import GatewayCounters, payload_bytes
@@ -137,21 +137,24 @@ def request(model: str = "bench") -> GenerateOptions:
 _BARE_SERIES = CallSeries("bench", "bench", _ProviderCounters())
 
 
-def _bare_start_call(self: RuntimeCore, call: Any) -> CallSeries:
+def _bare_call_started(self: RuntimeCore, call: Any) -> CallSeries:
     self.stats.calls_started += 1
     self.stats.calls_in_flight += 1
     self.calls.add(call)
     if self.closing:
         call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
-    self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
     return _BARE_SERIES
 
 
 def _bare_call_ended(
-    self: RuntimeCore, call: Any, series: CallSeries, delivered: Finish | None
+    self: RuntimeCore,
+    call: Any,
+    series: CallSeries,
+    delivered: Finish | None,
+    middleware_failed: bool,
+    abort_latency: float | None,
 ) -> None:
     self.calls.discard(call)
-    self.watchdog.forget(call)
     stats = self.stats
     stats.calls_in_flight -= 1
     if delivered is None:
@@ -180,14 +183,14 @@ def _bare_call_worked(
 
 @contextmanager
 def metrics_off() -> Iterator[None]:
-    saved = (RuntimeCore.start_call, RuntimeCore.call_ended, RuntimeCore.call_worked)
-    RuntimeCore.start_call = _bare_start_call  # type: ignore[method-assign]
+    saved = (RuntimeCore.call_started, RuntimeCore.call_ended, RuntimeCore.call_worked)
+    RuntimeCore.call_started = _bare_call_started  # type: ignore[method-assign]
     RuntimeCore.call_ended = _bare_call_ended  # type: ignore[method-assign]
     RuntimeCore.call_worked = _bare_call_worked  # type: ignore[method-assign]
     try:
         yield
     finally:
-        RuntimeCore.start_call, RuntimeCore.call_ended, RuntimeCore.call_worked = saved
+        RuntimeCore.call_started, RuntimeCore.call_ended, RuntimeCore.call_worked = saved
 
 
 # ---- 1. metrics ----------------------------------------------------------------------------

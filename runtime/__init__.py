@@ -120,8 +120,11 @@ from ._wire import Wire as Wire
 
 __version__: str = app_identity().version
 
-# The runtime lives in llmrt.actors, which imports the vocabulary above; importing
-# it last keeps the import graph acyclic.
+# The runtime lives in llmrt.actors. Its modules import the vocabulary from the
+# defining modules (llmrt._chunks, ...), never from this namespace, so this
+# re-export is the only edge between the two packages and the import graph has
+# no cycle (tests/test_import_graph.py). Kept last all the same: a module that
+# still writes ``from llmrt import X`` finds the vocabulary already bound.
 from .actors import AbortController as AbortController
 from .actors import AbortSignal as AbortSignal
 from .actors import Call as Call

@@ -16,14 +16,11 @@ import abc
 import hashlib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Protocol
 
 import msgspec
 
 from ._wire import Wire
-
-if TYPE_CHECKING:
-    from ._content import ImageBlock
 
 __all__ = [
     "ImageAttachmentRef",
@@ -177,9 +174,20 @@ class ImageAttachments(abc.ABC):
         return None
 
 
+class _Attached(Protocol):
+    """What `resolve_image_attachment_access` reads of an `ImageBlock`.
+
+    A protocol rather than the class: ``_content`` (which defines `ImageBlock`)
+    imports this module, so naming the class here would close an import cycle.
+    """
+
+    @property
+    def attachment(self) -> ImageAttachmentRef | None: ...
+
+
 def resolve_image_attachment_access(
     attachments: ImageAttachments,
-    image: ImageAttachmentRef | ImageBlock,
+    image: ImageAttachmentRef | _Attached,
     to_world: Callable[[str], str | None],
 ) -> ImageAttachmentAccess | None:
     """Where the current tool-execution world can read ``image``'s attachment, if anywhere.

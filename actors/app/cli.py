@@ -42,7 +42,7 @@ from llmrt import (
     ToolCallBlock,
     ToolCallDelta,
 )
-from llmrt._groups import sole_exception
+from llmrt._helpers import sole_exception
 from llmrt.adapters.plugin import ModelSpec
 
 from .._abort import AbortController

@@ -56,7 +56,7 @@ from llmrt import (
     ResolvedRetryPolicy,
     RetryScheduled,
 )
-from llmrt._groups import sole_exception
+from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
 from ..gateway._protocol import (

@@ -40,7 +40,7 @@ from trio_websocket import (
 )
 
 import llmrt
-from llmrt._groups import sole_exception
+from llmrt._helpers import raise_sole
 
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
@@ -461,10 +461,7 @@ async def serve_gateway(
     except BaseExceptionGroup as group:
         # Only the body raises (binding fails; the listener and connection
         # tasks contain their failures): give the caller that exception.
-        inner = sole_exception(group)
-        if inner is not None:
-            raise inner from inner.__cause__
-        raise
+        raise_sole(group)
     finally:
         if server is not None:
             server._stopped.set()
