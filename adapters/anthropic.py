@@ -10,12 +10,10 @@ on with a matching token budget. One instance holds one
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar
 
 import attrs
-import httpx
 import msgspec
 
 from llmrt import (
@@ -24,7 +22,6 @@ from llmrt import (
     LlmError,
     ModelInfo,
     ProviderInfo,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -32,13 +29,11 @@ from llmrt import (
 
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._http import (
-    KeyRedaction,
     SSEFeed,
-    make_client,
-    pool_counts,
     read_api_key,
     stream_events,
 )
+from ._http_adapter import HttpAdapter
 from ._models import ModelSpec, fetch_models
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -95,7 +90,7 @@ class _AnthropicEvents(SSEFeed):
 
 
 @attrs.define(eq=False)
-class AnthropicAdapter(Adapter):
+class AnthropicAdapter(HttpAdapter):
     """Streams Anthropic Messages (see the module docstring).
 
     ``models`` adds to (or overrides) the built-in table; models it does not
@@ -107,31 +102,11 @@ class AnthropicAdapter(Adapter):
     models: Sequence[ModelSpec] = ()
     default_max_tokens: int = 4_096
     display_name: str = "Anthropic"
-    retry_policy: ResolvedRetryPolicy | None = None
-    http2: bool | None = None
-    timeout: httpx.Timeout | None = None
-    limits: httpx.Limits | None = None
-    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
-    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
-    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
-    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
-    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
-    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self.base_url = self.base_url.rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
+        self.base_url = self._open_client(self.base_url)
         self._table = {spec.id: spec for spec in (*ANTHROPIC_MODELS, *self.models)}
-        self._client = make_client(
-            self.base_url,
-            timeout=self.timeout,
-            limits=self.limits,
-            http2=self.http2,
-            transport=self.transport,
-            ssl_context=self.ssl_context,
-        )
 
     def _headers(self, accept: str) -> dict[str, str]:
         return {
@@ -161,15 +136,8 @@ class AnthropicAdapter(Adapter):
             redactor=self.redactor(),
         )
 
-    def redactor(self) -> Redactor:
-        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
-        return self._redaction.of(self.api_key_env, self.environ)
-
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)
-
-    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
-        return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Anthropic's ``GET /v1/models``; the built-in table where the endpoint has none."""
@@ -193,11 +161,8 @@ class AnthropicAdapter(Adapter):
         )
         return spec.resolved(provider)
 
-    def connection_counts(self) -> tuple[int, int] | None:
-        return pool_counts(self._client)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def _key_env(self) -> str | None:
+        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------

@@ -11,13 +11,11 @@ One instance holds one ``httpx.AsyncClient``; `aclose` closes it.
 
 from __future__ import annotations
 
-import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
-import httpx
 import msgspec
 
 from llmrt import (
@@ -26,7 +24,6 @@ from llmrt import (
     LlmError,
     ModelInfo,
     ProviderInfo,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -34,13 +31,11 @@ from llmrt import (
 
 from ._gemini_wire import GeminiStreamDecoder, build_gemini_body
 from ._http import (
-    KeyRedaction,
     SSEFeed,
-    make_client,
-    pool_counts,
     read_api_key,
     stream_events,
 )
+from ._http_adapter import HttpAdapter
 from ._models import ModelEntry, ModelSpec, fetch_models
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -137,7 +132,7 @@ def _decode_models(body: bytes) -> Sequence[ModelEntry]:
 
 
 @attrs.define(eq=False)
-class GeminiAdapter(Adapter):
+class GeminiAdapter(HttpAdapter):
     """Streams Gemini ``generateContent`` (see the module docstring).
 
     ``models`` adds to (or overrides) the built-in table; ``api_key_env``
@@ -151,31 +146,11 @@ class GeminiAdapter(Adapter):
     api_version: str = "v1beta"
     models: Sequence[ModelSpec] = ()
     display_name: str = "Google Gemini"
-    retry_policy: ResolvedRetryPolicy | None = None
-    http2: bool | None = None
-    timeout: httpx.Timeout | None = None
-    limits: httpx.Limits | None = None
-    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
-    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
-    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
-    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
-    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
-    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self.base_url = self.base_url.rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
+        self.base_url = self._open_client(self.base_url)
         self._table = {spec.id: spec for spec in (*GEMINI_MODELS, *self.models)}
-        self._client = make_client(
-            self.base_url,
-            timeout=self.timeout,
-            limits=self.limits,
-            http2=self.http2,
-            transport=self.transport,
-            ssl_context=self.ssl_context,
-        )
 
     def _headers(self, accept: str) -> dict[str, str]:
         return {
@@ -207,15 +182,8 @@ class GeminiAdapter(Adapter):
             redactor=self.redactor(),
         )
 
-    def redactor(self) -> Redactor:
-        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
-        return self._redaction.of(self.api_key_env, self.environ)
-
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)
-
-    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
-        return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Gemini's ``GET /v1beta/models`` (one page of up to 1,000), else the built-in table."""
@@ -239,11 +207,8 @@ class GeminiAdapter(Adapter):
         spec = self._table.get(model) or ModelSpec(id=model)
         return spec.resolved(provider)
 
-    def connection_counts(self) -> tuple[int, int] | None:
-        return pool_counts(self._client)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def _key_env(self) -> str | None:
+        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------

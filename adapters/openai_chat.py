@@ -51,13 +51,12 @@ from llmrt import (
 )
 
 from ._http import (
-    KeyRedaction,
     SSEFeed,
     make_client,
-    pool_counts,
     read_api_key,
     stream_events,
 )
+from ._http_adapter import HttpAdapter
 from ._models import (
     ModelEntry,
     ModelSpec,
@@ -117,7 +116,7 @@ class _OpenAIEvents(SSEFeed):
 
 
 @attrs.define(eq=False)
-class OpenAIChatAdapter(Adapter):
+class OpenAIChatAdapter(HttpAdapter):
     """Streams OpenAI-compatible chat completions (see the module docstring).
 
     ``models`` adds to (or overrides) the preset's model table; ``transport``
@@ -130,37 +129,20 @@ class OpenAIChatAdapter(Adapter):
     api_key_env: str | None = None
     models: Sequence[ModelSpec] = ()
     display_name: str | None = None
-    retry_policy: ResolvedRetryPolicy | None = None
-    http2: bool | None = None
-    timeout: httpx.Timeout | None = None
-    limits: httpx.Limits | None = None
-    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
-    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
-    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
-    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _preset: Preset = attrs.field(init=False, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
-    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
-    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         preset = find_preset(self.preset)
         if preset is None:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         self._preset = preset
-        self.base_url = (self.base_url or preset.base_url or "").rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"preset {self.preset!r} needs a base_url (http:// or https://)")
+        self.base_url = self._open_client(
+            self.base_url or preset.base_url or "",
+            message=f"preset {self.preset!r} needs a base_url (http:// or https://)",
+        )
         self.api_key_env = self.api_key_env or preset.api_key_env
         self._table = {spec.id: spec for spec in (*preset.models, *self.models)}
-        self._client = make_client(
-            self.base_url,
-            timeout=self.timeout,
-            limits=self.limits,
-            http2=self.http2,
-            transport=self.transport,
-            ssl_context=self.ssl_context,
-        )
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -187,15 +169,8 @@ class OpenAIChatAdapter(Adapter):
             redactor=self.redactor(),
         )
 
-    def redactor(self) -> Redactor:
-        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
-        return self._redaction.of(self.api_key_env, self.environ)
-
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name or self._preset.display_name)
-
-    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
-        return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """The endpoint's ``GET /models``; the preset's table where the endpoint has none."""
@@ -220,11 +195,8 @@ class OpenAIChatAdapter(Adapter):
             return ResolvedModelInfo(provider=provider, id=model, name=model)
         return spec.resolved(provider)
 
-    def connection_counts(self) -> tuple[int, int] | None:
-        return pool_counts(self._client)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def _key_env(self) -> str | None:
+        return self.api_key_env
 
 
 # ---- model discovery ---------------------------------------------------------------------

@@ -11,12 +11,10 @@ its reasoning across tool calls. One instance holds one
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
-import httpx
 import msgspec
 
 from llmrt import (
@@ -25,20 +23,17 @@ from llmrt import (
     LlmError,
     ModelInfo,
     ProviderInfo,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
 
 from ._http import (
-    KeyRedaction,
     SSEFeed,
-    make_client,
-    pool_counts,
     read_api_key,
     stream_events,
 )
+from ._http_adapter import HttpAdapter
 from ._models import ModelSpec, fetch_models
 from ._responses_wire import ResponsesStreamDecoder, build_responses_body
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
@@ -110,7 +105,7 @@ class _ResponsesEvents(SSEFeed):
 
 
 @attrs.define(eq=False)
-class OpenAIResponsesAdapter(Adapter):
+class OpenAIResponsesAdapter(HttpAdapter):
     """Streams OpenAI Responses (see the module docstring).
 
     ``base_url`` ends in ``/v1`` (the adapter posts to ``{base_url}/responses``
@@ -122,31 +117,11 @@ class OpenAIResponsesAdapter(Adapter):
     api_key_env: str = "OPENAI_API_KEY"
     models: Sequence[ModelSpec] = ()
     display_name: str = "OpenAI (Responses API)"
-    retry_policy: ResolvedRetryPolicy | None = None
-    http2: bool | None = None
-    timeout: httpx.Timeout | None = None
-    limits: httpx.Limits | None = None
-    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
-    #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
-    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
-    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     _table: dict[str, ModelSpec] = attrs.field(init=False, repr=False)
-    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
-    _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self.base_url = self.base_url.rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
+        self.base_url = self._open_client(self.base_url)
         self._table = {spec.id: spec for spec in (*RESPONSES_MODELS, *self.models)}
-        self._client = make_client(
-            self.base_url,
-            timeout=self.timeout,
-            limits=self.limits,
-            http2=self.http2,
-            transport=self.transport,
-            ssl_context=self.ssl_context,
-        )
 
     def _headers(self, accept: str) -> dict[str, str]:
         key = read_api_key(self.api_key_env, self.environ)
@@ -172,15 +147,8 @@ class OpenAIResponsesAdapter(Adapter):
             redactor=self.redactor(),
         )
 
-    def redactor(self) -> Redactor:
-        """Removes the key now in ``api_key_env`` (and credential-looking phrases)."""
-        return self._redaction.of(self.api_key_env, self.environ)
-
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)
-
-    def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
-        return self.retry_policy
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """The endpoint's ``GET /models``; the built-in table where it has none."""
@@ -200,11 +168,8 @@ class OpenAIResponsesAdapter(Adapter):
         spec = self._table.get(model) or ModelSpec(id=model)
         return spec.resolved(provider)
 
-    def connection_counts(self) -> tuple[int, int] | None:
-        return pool_counts(self._client)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def _key_env(self) -> str | None:
+        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------
