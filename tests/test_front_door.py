@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib import resources
@@ -18,6 +18,7 @@ from typing import Any
 import h11
 import pytest
 import trio
+from _settle import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import ConnectionRejected, open_websocket_url
 
@@ -52,14 +53,6 @@ async def gateway(rt: llmrt.LlmRuntime, **kw: Any) -> AsyncIterator[GatewayServe
             yield server
         finally:
             nursery.cancel_scope.cancel()
-
-
-async def wait_until(pred: Callable[[], bool]) -> None:
-    """Wait (a bounded while) for the gateway to catch up with what a test did."""
-    # Polling: what is awaited happens in the gateway, behind a real socket.
-    with trio.fail_after(5):
-        while not pred():  # noqa: ASYNC110
-            await trio.sleep(0.005)
 
 
 class Reply:

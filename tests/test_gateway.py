@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+from _settle import wait_until
 from trio_websocket import (
     ConnectionClosed,
     ConnectionRejected,
@@ -120,14 +121,6 @@ async def raw(server: GatewayServer, **kw: Any) -> AsyncIterator[Raw]:
         hello = await client.recv()
         assert hello["type"] == "hello" and hello["protocol"] == "llmrt.v1"
         yield client
-
-
-async def wait_until(pred: Callable[[], bool]) -> None:
-    """Wait (a bounded while) for the server side to catch up with what a test did."""
-    # Polling: what is awaited happens in the gateway, behind a real socket.
-    with trio.fail_after(5):
-        while not pred():  # noqa: ASYNC110
-            await trio.sleep(0.005)
 
 
 def last_code(chunks: Sequence[StreamChunk]) -> str:
@@ -470,7 +463,12 @@ async def test_max_connections_refuses_with_503() -> None:
             assert err.value.code == ErrorCode.OVERLOADED
 
 
-async def test_heartbeat_closes_a_peer_that_stops_answering_pings() -> None:
+async def test_heartbeat_closes_a_peer_that_stops_answering_pings(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    # Heartbeats on the mock clock; it jumps only after 20 ms of real quiet, so
+    # that a pong in flight on the loopback socket lands before a timeout fires.
+    mock_clock.autojump_threshold = 0.02
     limits = Limits(heartbeat_interval=0.05, heartbeat_timeout=0.1, close_timeout=0.2)
     async with llmrt.open_runtime() as rt:
         async with gateway(rt, limits) as server:

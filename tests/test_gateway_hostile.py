@@ -280,12 +280,14 @@ async def test_a_slow_reader_stops_its_upstream_within_the_byte_budget() -> None
             assert hello["limits"]["maxPendingBytes"] == 1 << 20
             request = msgspec.json.decode(llmrt.encode(options("flood")))
             await ws.send_message(json.dumps({"type": "call", "id": "f", "request": request}))
-            # Wait until the upstream stands still.
+            # Wait until the upstream stands still: every task blocked (on the
+            # full socket, the budget, the runtime's buffer) and nothing produced
+            # since the last time they all were.
             with trio.fail_after(20):
                 seen = -1
                 while adapter.produced != seen:
                     seen = adapter.produced
-                    await trio.sleep(0.2)
+                    await trio.testing.wait_all_tasks_blocked()
             # The runtime's buffer (4 chunks), the budget (1 MiB), the frame being
             # written and the sockets' kernel buffers: far from all 80 MB.
             assert adapter.produced * size < 16_000_000, adapter.produced

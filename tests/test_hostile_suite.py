@@ -30,6 +30,7 @@ import attrs
 import msgspec
 import pytest
 import trio
+from _settle import wait_until
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
@@ -198,12 +199,11 @@ def open_upstream_connections(upstream: Upstream) -> int:
 
 async def settle(check: Callable[[], bool], bound: float = SETTLE_BOUND) -> bool:
     """Wait (in real time, bounded) until `check()` holds; return whether it did."""
-    with trio.move_on_after(bound):
-        while True:
-            if check():
-                return True
-            await trio.sleep(0.01)
-    return check()
+    try:
+        await wait_until(check, bound, settle=False)
+    except trio.TooSlowError:
+        return check()
+    return True
 
 
 async def leftovers(d: Deployment, *, sockets: bool = True) -> list[str]:

@@ -27,6 +27,7 @@ from _serving import (
     slow_demo_config,
     slow_options,
 )
+from _settle import wait_until
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, FinishError, FinishStop
@@ -56,11 +57,7 @@ async def stream_one(
                         client.finish = chunk
             if await_close:
                 # The close frame follows the last finish: the client records its code.
-                with trio.fail_after(15):
-                    while True:
-                        if gateway.close_code is not None:
-                            break
-                        await trio.sleep(0.01)
+                await wait_until(lambda: gateway.close_code is not None, 15, settle=False)
             client.close_code = gateway.close_code
     finally:
         client.done.set()
