@@ -12,6 +12,7 @@ atomically: a reader sees a whole old or a whole new snapshot.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import attrs
@@ -37,7 +38,8 @@ class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 def _write_atomically(path: Path, data: bytes) -> None:
     # Readers see the old file or the new one, never half of one.
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # A scratch name of its own per process and thread: two writers never share one.
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     scratch.write_bytes(data)
     os.replace(scratch, path)
 

@@ -136,6 +136,9 @@ class _Supervisor:
     running: int = 0
     slots_done: trio.Event = attrs.field(factory=trio.Event)
     restarts: int = 0
+    #: Folding a dead worker into ``retired.json`` reads, merges and rewrites it:
+    #: workers that die together must take turns, or one fold is lost.
+    retiring: trio.Lock = attrs.field(factory=trio.Lock)
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -187,7 +190,8 @@ class _Supervisor:
                         if pipe is not None:
                             await pipe.aclose()
                     del self.procs[slot]
-                    await trio.to_thread.run_sync(retire, self.figures_dir, slot, proc.pid)
+                    async with self.retiring:
+                        await trio.to_thread.run_sync(retire, self.figures_dir, slot, proc.pid)
             how = _describe(returncode)
             if self.stopping:
                 self.say(f"worker {slot} (pid {proc.pid}) stopped: {how}")

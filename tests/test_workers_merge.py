@@ -155,3 +155,30 @@ async def test_a_scrape_sums_its_own_figures_with_the_other_workers_files(tmp_pa
     text = exposition(other.combine(figures))
     assert sample(text, "llmrt_calls_started_total", provider="demo") == 3 * 3
     assert sample(text, "llmrt_gateway_worker_calls_started_total", worker="0") == 4
+
+
+def test_concurrent_atomic_writes_never_share_a_scratch_file(tmp_path: Path) -> None:
+    # The supervisor folds workers that die together from worker threads; with one
+    # scratch name per process, one thread's replace took the other's scratch file.
+    import threading
+
+    from llmrt.actors._worker_figures import _write_atomically
+
+    target = tmp_path / "retired.json"
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(300):
+                _write_atomically(target, f"{n}:{i}".encode())
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert target.read_bytes().split(b":")[1] == b"299"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["retired.json"]
