@@ -11,7 +11,7 @@ on with a matching token budget. One instance holds one
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 import attrs
 import msgspec
@@ -186,21 +186,10 @@ class AnthropicConfig(HttpAdapterConfig, tag="anthropic", frozen=True):
         retry: ResolvedRetryPolicy | None,
         environ: Mapping[str, str] | None,
     ) -> Adapter:
-        # Unset optional keys keep the adapter's own defaults.
-        extra: dict[str, Any] = {}
-        if self.base_url is not None:
-            extra["base_url"] = self.base_url
-        if self.display_name is not None:
-            extra["display_name"] = self.display_name
+        kwargs = self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ)
         if self.default_max_tokens is not None:
-            extra["default_max_tokens"] = self.default_max_tokens
-        return AnthropicAdapter(
-            api_key_env=key_env or "ANTHROPIC_API_KEY",
-            models=self.models,
-            retry_policy=retry,
-            environ=environ,
-            **extra,
-        )
+            kwargs["default_max_tokens"] = self.default_max_tokens
+        return AnthropicAdapter(**kwargs)
 
 
 PLUGIN = AdapterPlugin(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import msgspec
@@ -229,19 +229,7 @@ class GeminiConfig(HttpAdapterConfig, tag="gemini", frozen=True):
         retry: ResolvedRetryPolicy | None,
         environ: Mapping[str, str] | None,
     ) -> Adapter:
-        # Unset optional keys keep the adapter's own defaults.
-        extra: dict[str, Any] = {}
-        if self.base_url is not None:
-            extra["base_url"] = self.base_url
-        if self.display_name is not None:
-            extra["display_name"] = self.display_name
-        return GeminiAdapter(
-            api_key_env=key_env or "GEMINI_API_KEY",
-            models=self.models,
-            retry_policy=retry,
-            environ=environ,
-            **extra,
-        )
+        return GeminiAdapter(**self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ))
 
 
 PLUGIN = AdapterPlugin(

@@ -12,7 +12,7 @@ its reasoning across tool calls. One instance holds one
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import msgspec
@@ -190,18 +190,8 @@ class OpenAIResponsesConfig(HttpAdapterConfig, tag="openai_responses", frozen=Tr
         retry: ResolvedRetryPolicy | None,
         environ: Mapping[str, str] | None,
     ) -> Adapter:
-        # Unset optional keys keep the adapter's own defaults.
-        extra: dict[str, Any] = {}
-        if self.base_url is not None:
-            extra["base_url"] = self.base_url
-        if self.display_name is not None:
-            extra["display_name"] = self.display_name
         return OpenAIResponsesAdapter(
-            api_key_env=key_env or "OPENAI_API_KEY",
-            models=self.models,
-            retry_policy=retry,
-            environ=environ,
-            **extra,
+            **self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ)
         )
 
 

@@ -29,7 +29,7 @@ See ``docs/adapters.md``, "Writing an adapter package".
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import attrs
 import msgspec
@@ -202,6 +202,30 @@ class HttpAdapterConfig(AdapterConfig, frozen=True):
 
     def known_models(self) -> tuple[ModelSpec, ...]:
         return self.models
+
+    def adapter_kwargs(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of an HTTP adapter built from this entry (for `build`).
+
+        Keys the entry leaves unset are left out, so they keep the adapter's
+        own defaults; the key variable falls back to `default_key_env`.
+        """
+        kwargs: dict[str, Any] = {
+            "api_key_env": key_env or self.default_key_env,
+            "models": self.models,
+            "retry_policy": retry,
+            "environ": environ,
+        }
+        if self.base_url is not None:
+            kwargs["base_url"] = self.base_url
+        if self.display_name is not None:
+            kwargs["display_name"] = self.display_name
+        return kwargs
 
 
 @attrs.frozen
