@@ -332,10 +332,10 @@ async def per_call_ns() -> dict[str, float]:
         parts = {
             "start: series lookup + started": _best_ns(start_extra, n),
             "end: per-provider finish count (minus the old end)": _best_ns(
-                lambda: core.call_ended(call, series, finish),
-                n,  # type: ignore[arg-type]
+                lambda: core.call_ended(call, series, finish, False, None),  # type: ignore[arg-type]
+                n,
             )
-            - _best_ns(lambda: _bare_call_ended(core, call, series, finish), n),
+            - _best_ns(lambda: _bare_call_ended(core, call, series, finish, False, None), n),
             "work: chunks + two histogram observations (minus the old count)": _best_ns(
                 lambda: core.call_worked(series, 100, 0, 1.0, 1.2, 3.0), n
             )
