@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import httpx
 
-from llmrt import Adapter, Redactor, ResolvedRetryPolicy
+from llmrt import Adapter, LlmError, ModelInfo, Redactor, ResolvedRetryPolicy
 
 from ._http import KeyRedaction, make_client, pool_counts
+from ._models import fetch_models
 
 __all__ = ["HttpAdapter"]
 
@@ -40,8 +42,20 @@ class HttpAdapter(Adapter):
     _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def _key_env(self) -> str | None:
-        """The variable the adapter's key is read from (None: it sends none)."""
-        raise NotImplementedError
+        """The variable the adapter's key is read from (None: it sends none).
+
+        Every concrete adapter declares its own ``api_key_env`` field (with its
+        own default), so the base reads it by name.
+        """
+        key_env: str | None = getattr(self, "api_key_env", None)
+        return key_env
+
+    async def _fetch_models(self, path: str, **kwargs: Any) -> tuple[ModelInfo, ...]:
+        """`fetch_models` on the adapter's client, its failures redacted like a call's."""
+        try:
+            return await fetch_models(self._client, path, **kwargs)
+        except LlmError as exc:
+            raise self.redactor().error(exc) from None
 
     def _open_client(self, base_url: str, *, message: str | None = None) -> str:
         """Check ``base_url`` and open the adapter's one client on it; returns it trimmed.

@@ -19,7 +19,6 @@ import msgspec
 from llmrt import (
     Adapter,
     GenerateOptions,
-    LlmError,
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
@@ -34,7 +33,7 @@ from ._http import (
     stream_events,
 )
 from ._http_adapter import HttpAdapter
-from ._models import ModelSpec, fetch_models
+from ._models import ModelSpec
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
 __all__ = ["PLUGIN", "AnthropicConfig", "AnthropicAdapter", "ANTHROPIC_MODELS", "THINKING_BUDGETS"]
@@ -141,28 +140,21 @@ class AnthropicAdapter(HttpAdapter):
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Anthropic's ``GET /v1/models``; the built-in table where the endpoint has none."""
-        try:
-            return await fetch_models(
-                self._client,
-                "/v1/models",
-                provider=provider,
-                provider_kind="anthropic",
-                headers=self._headers("application/json"),
-                table=self._table,
-                params={"limit": "1000"},
-                default_modalities=("text", "image"),
-            )
-        except LlmError as exc:
-            raise self.redactor().error(exc) from None
+        return await self._fetch_models(
+            "/v1/models",
+            provider=provider,
+            provider_kind="anthropic",
+            headers=self._headers("application/json"),
+            table=self._table,
+            params={"limit": "1000"},
+            default_modalities=("text", "image"),
+        )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
         spec = self._table.get(model) or ModelSpec(
             id=model, default_max_tokens=self.default_max_tokens
         )
         return spec.resolved(provider)
-
-    def _key_env(self) -> str | None:
-        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import msgspec
 from llmrt import (
     Adapter,
     GenerateOptions,
-    LlmError,
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
@@ -36,7 +35,7 @@ from ._http import (
     stream_events,
 )
 from ._http_adapter import HttpAdapter
-from ._models import ModelEntry, ModelSpec, fetch_models
+from ._models import ModelEntry, ModelSpec
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
 __all__ = ["PLUGIN", "GeminiConfig", "GEMINI_MODELS", "THINKING_BUDGETS", "GeminiAdapter"]
@@ -187,28 +186,21 @@ class GeminiAdapter(HttpAdapter):
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Gemini's ``GET /v1beta/models`` (one page of up to 1,000), else the built-in table."""
-        try:
-            return await fetch_models(
-                self._client,
-                f"/{self.api_version}/models",
-                provider=provider,
-                provider_kind="gemini",
-                headers=self._headers("application/json"),
-                table=self._table,
-                decode=_decode_models,
-                params={"pageSize": "1000"},
-                default_modalities=("text", "image"),
-            )
-        except LlmError as exc:
-            raise self.redactor().error(exc) from None
+        return await self._fetch_models(
+            f"/{self.api_version}/models",
+            provider=provider,
+            provider_kind="gemini",
+            headers=self._headers("application/json"),
+            table=self._table,
+            decode=_decode_models,
+            params={"pageSize": "1000"},
+            default_modalities=("text", "image"),
+        )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
         model = model.removeprefix("models/")
         spec = self._table.get(model) or ModelSpec(id=model)
         return spec.resolved(provider)
-
-    def _key_env(self) -> str | None:
-        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------

@@ -63,7 +63,6 @@ from ._models import (
     decode_data_list,
     decode_ollama_tags,
     fetch_entries,
-    fetch_models,
 )
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
 from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
@@ -177,26 +176,19 @@ class OpenAIChatAdapter(HttpAdapter):
         headers = {"Accept": "application/json"}
         if self.api_key_env:
             headers["Authorization"] = f"Bearer {read_api_key(self.api_key_env, self.environ)}"
-        try:
-            return await fetch_models(
-                self._client,
-                "/models",
-                provider=provider,
-                provider_kind=self._preset.kind,
-                headers=headers,
-                table=self._table,
-            )
-        except LlmError as exc:
-            raise self.redactor().error(exc) from None
+        return await self._fetch_models(
+            "/models",
+            provider=provider,
+            provider_kind=self._preset.kind,
+            headers=headers,
+            table=self._table,
+        )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
         spec = self._table.get(model)
         if spec is None:
             return ResolvedModelInfo(provider=provider, id=model, name=model)
         return spec.resolved(provider)
-
-    def _key_env(self) -> str | None:
-        return self.api_key_env
 
 
 # ---- model discovery ---------------------------------------------------------------------

@@ -20,7 +20,6 @@ import msgspec
 from llmrt import (
     Adapter,
     GenerateOptions,
-    LlmError,
     ModelInfo,
     ProviderInfo,
     ResolvedModelInfo,
@@ -34,7 +33,7 @@ from ._http import (
     stream_events,
 )
 from ._http_adapter import HttpAdapter
-from ._models import ModelSpec, fetch_models
+from ._models import ModelSpec
 from ._responses_wire import ResponsesStreamDecoder, build_responses_body
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -152,24 +151,17 @@ class OpenAIResponsesAdapter(HttpAdapter):
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """The endpoint's ``GET /models``; the built-in table where it has none."""
-        try:
-            return await fetch_models(
-                self._client,
-                "/models",
-                provider=provider,
-                provider_kind="openai",
-                headers=self._headers("application/json"),
-                table=self._table,
-            )
-        except LlmError as exc:
-            raise self.redactor().error(exc) from None
+        return await self._fetch_models(
+            "/models",
+            provider=provider,
+            provider_kind="openai",
+            headers=self._headers("application/json"),
+            table=self._table,
+        )
 
     async def resolve_model(self, provider: str, model: str) -> ResolvedModelInfo:
         spec = self._table.get(model) or ModelSpec(id=model)
         return spec.resolved(provider)
-
-    def _key_env(self) -> str | None:
-        return self.api_key_env
 
 
 # ---- plugin ---------------------------------------------------------------------------------
