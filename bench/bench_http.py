@@ -68,10 +68,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import environment, median, rss_kib, sized, table, write_json
+from _common import GcMeter, environment, median, rss_kib, sized, table, write_json
 from _peers import MARKER_PREFIX, PEERS, RECEIVED, Peer
 
-SECTIONS = ("per-chunk", "concurrency", "scaling", "decoders", "abandon")
+SECTIONS = ("per-chunk", "concurrency", "scaling", "decoders", "abandon", "scale")
 
 #: Targets from the issue.
 TARGET_US_PER_CHUNK = 12.0
@@ -81,6 +81,9 @@ TARGET_SCALING_RATIO = 1.3
 TARGET_CLOSE_MS = 1.0
 #: A new decoder's CPU per chunk over the OpenAI-compatible decoder's (issue 11).
 TARGET_DECODER_RATIO = 1.5
+#: Issue 15: wall at 5,000 and 10,000 streams over the raw-trio floor's, and RSS per stream.
+TARGET_SCALE_WALL = 1.2
+TARGET_RSS_KIB = 24.0
 
 FULL: dict[str, Any] = {
     "bulk_chunks": 20_000,
@@ -99,6 +102,8 @@ FULL: dict[str, Any] = {
     "abandon_streams": 20,
     "abandon_rounds": 3,
     "abandon_window": 2.0,
+    "scale_streams": (5_000, 10_000),
+    "scale_runs": 3,
 }
 QUICK: dict[str, Any] = {
     "bulk_chunks": 5_000,
@@ -117,6 +122,8 @@ QUICK: dict[str, Any] = {
     "abandon_streams": 20,
     "abandon_rounds": 1,
     "abandon_window": 1.5,
+    "scale_streams": (1_000, 2_000),
+    "scale_runs": 1,
 }
 ABANDON_CHUNKS = 1_000
 ABANDON_DELAY = 0.01
@@ -205,7 +212,16 @@ async def _serve(spec: dict[str, Any]) -> None:
         return None
 
     async with trio.open_nursery() as nursery:
-        upstream = await nursery.start(serve_upstream, router)
+        if spec.get("fast"):
+            import _upstream
+
+            events = openai_events(fragments)
+            warm_events = openai_events([" warm"] * 10)
+            upstream = await nursery.start(
+                _upstream.serve, events, warm_events, spec["delay"], WARMUP.encode(), _stats
+            )
+        else:
+            upstream = await nursery.start(serve_upstream, router)
         box.append(upstream)
         print(upstream.port, flush=True)
         # Serve until the parent closes our stdin (or goes away).
@@ -218,8 +234,8 @@ async def _serve(spec: dict[str, Any]) -> None:
 class UpstreamProcess:
     """The local upstream in a child process: ``with UpstreamProcess(chunks, delay) as up``."""
 
-    def __init__(self, chunks: int, delay: float) -> None:
-        self.spec = {"chunks": chunks, "delay": delay}
+    def __init__(self, chunks: int, delay: float, *, fast: bool = False) -> None:
+        self.spec = {"chunks": chunks, "delay": delay, "fast": fast}
         self.proc: subprocess.Popen[str] | None = None
         self.base_url = ""
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -407,16 +423,46 @@ async def _fanout(peer: Peer, job: dict[str, Any], gather: Gather, sleep: Any) -
             if prof is not None:
                 prof.disable()
 
+        tasks = [task(i) for i in range(n)]
+        mid: dict[str, Any] = {}
+        objects_before = len(gc.get_objects()) if job.get("gc_sample") else 0
+        if job.get("gc_sample"):
+
+            async def sample() -> None:
+                # Once half the chunks have arrived (every stream is in flight at
+                # 10 ms pacing): tracked objects and RSS now, per open stream.
+                half = n * job["chunks"] // 2
+                while RECEIVED[0] - r0 < half:
+                    await sleep(0.02)
+                mid.update(
+                    objects=len(gc.get_objects()),
+                    rss_kib=rss_kib(),
+                    in_flight=n - len(counts) - len(errors),
+                )
+
+            tasks.append(sample)
         prof = cProfile.Profile() if job.get("profile") else None
         if prof is not None:
             prof.enable()
         r0 = RECEIVED[0]
-        c0, w0 = time.process_time(), time.perf_counter()
-        await gather([task(i) for i in range(n)], job.get("deadline"), stop)
-        if not snapshot:
-            stop()
+        gc_count0 = gc.get_count()[0]
+        with GcMeter() as meter:
+            c0, w0 = time.process_time(), time.perf_counter()
+            await gather(tasks, job.get("deadline"), stop)
+            if not snapshot:
+                stop()
     chunks = int(snapshot["chunks"])
     cpu, wall = snapshot["cpu"], snapshot["wall"]
+    gc_figures = meter.summary()
+    young = gc_figures["collections_by_generation"][0]
+    threshold = gc.get_threshold()[0]
+    # Each young collection follows `threshold` net allocations of tracked objects.
+    net_tracked = young * threshold + gc.get_count()[0] - gc_count0
+    gc_figures["net_tracked_allocations_per_chunk"] = net_tracked / chunks if chunks else None
+    if mid:
+        live = mid["in_flight"] or 1
+        gc_figures["tracked_objects_per_stream"] = (mid["objects"] - objects_before) / live
+        gc_figures["mid_run"] = {**mid, "objects_before": objects_before}
     return {
         "streams": n,
         #: False when the run was stopped at its deadline (figures are as of then).
@@ -432,6 +478,8 @@ async def _fanout(peer: Peer, job: dict[str, Any], gather: Gather, sleep: Any) -
         "rss_before_kib": rss_before,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "profile": _profile_summary(prof) if prof is not None else None,
+        "gc": gc_figures,
+        "gc_threshold": list(gc.get_threshold()),
     }
 
 
@@ -782,6 +830,118 @@ def section_scaling(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return out
 
 
+def _scale_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = _fan_summary(runs)
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return out
+    n = good[0]["streams"]
+    out["rss_kib_per_stream"] = median(
+        [(r["peak_rss_kib"] - r["rss_before_kib"]) / n for r in good]
+    )
+    per_stream = [r["gc"].get("tracked_objects_per_stream") for r in good]
+    out["tracked_objects_per_stream"] = (
+        median([x for x in per_stream if x is not None]) if any(per_stream) else None
+    )
+    out["net_tracked_allocations_per_chunk"] = median(
+        [r["gc"]["net_tracked_allocations_per_chunk"] or 0.0 for r in good]
+    )
+    out["young_collections"] = median([r["gc"]["collections_by_generation"][0] for r in good])
+    out["full_collections"] = median([r["gc"]["collections_by_generation"][2] for r in good])
+    out["gc_ms"] = median([r["gc"]["ms"] for r in good])
+    return out
+
+
+def section_scale(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    chunks, delay, runs = cfg["fan_chunks"], cfg["fan_delay"], cfg["scale_runs"]
+    sizes = cfg["scale_streams"]
+    print(
+        f"\n== 6. scale: {' and '.join(f'{n:,}' for n in sizes)} streams x {chunks} chunks, "
+        f"{delay * 1e3:g} ms apart, llmrt beside the raw-trio floor, {runs} interleaved "
+        "run(s) each, Python's default GC settings ==",
+        flush=True,
+    )
+    peers = available(["llmrt", "floor"], notes)
+    results: dict[str, dict[str, Any]] = {name: {} for name in peers}
+    rows = []
+    for n in sizes:
+        raw: dict[str, list[dict[str, Any]]] = {name: [] for name in peers}
+        with UpstreamProcess(chunks, delay, fast=True) as up:
+            for _ in range(runs):
+                for name in peers:
+                    raw[name].append(
+                        _fan_run(
+                            up, name, n, chunks, deadline=cfg["scale_deadline"], gc_sample=True
+                        )
+                    )
+        for name in peers:
+            results[name][str(n)] = _scale_summary(raw[name])
+        floor = results.get("floor", {}).get(str(n), {})
+        for name in peers:
+            res = results[name][str(n)]
+            rows.append(
+                [
+                    f"{name} x{n:,}",
+                    res.get("wall_s"),
+                    ratio(res.get("wall_s"), floor.get("wall_s")),
+                    res.get("cpu_us_per_chunk"),
+                    res.get("peak_rss_mib"),
+                    res.get("rss_kib_per_stream"),
+                    res.get("tracked_objects_per_stream"),
+                    res.get("net_tracked_allocations_per_chunk"),
+                    res.get("young_collections"),
+                    res.get("full_collections"),
+                    res.get("gc_ms"),
+                    res.get("errors"),
+                ]
+            )
+    print(
+        table(
+            [
+                "client",
+                "wall s",
+                "x floor",
+                "CPU µs/chunk",
+                "peak RSS MiB",
+                "RSS KiB/stream",
+                "tracked objs/stream",
+                "net tracked allocs/chunk",
+                "gen0 GCs",
+                "gen2 GCs",
+                "GC ms",
+                "errors",
+            ],
+            rows,
+        )
+    )
+    targets: dict[str, str] = {}
+    for n in sizes:
+        mine = results.get("llmrt", {}).get(str(n), {})
+        floor = results.get("floor", {}).get(str(n), {})
+        finished = mine.get("finished") and floor.get("finished")
+        wall = ratio(mine.get("wall_s"), floor.get("wall_s"))
+        rss = mine.get("rss_kib_per_stream")
+        if not finished:
+            targets[f"wall@{n}<={TARGET_SCALE_WALL}x_floor"] = "INCONCLUSIVE (a run did not finish)"
+        else:
+            targets[f"wall@{n}<={TARGET_SCALE_WALL}x_floor"] = verdict(
+                None if wall is None else wall <= TARGET_SCALE_WALL
+            )
+        targets[f"rss@{n}<={TARGET_RSS_KIB}KiB/stream"] = verdict(
+            None if rss is None else rss <= TARGET_RSS_KIB
+        )
+    print("  targets: " + ", ".join(f"{k} {v}" for k, v in targets.items()))
+    return {
+        "chunks": chunks,
+        "delay_s": delay,
+        "streams": list(sizes),
+        "runs": runs,
+        "gc_threshold": list(gc.get_threshold()),
+        "results": results,
+        "targets": targets,
+    }
+
+
 def section_abandon(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     n, rounds, window = cfg["abandon_streams"], cfg["abandon_rounds"], cfg["abandon_window"]
     print(
@@ -994,6 +1154,7 @@ RUNNERS = {
     "scaling": section_scaling,
     "decoders": section_decoders,
     "abandon": section_abandon,
+    "scale": section_scale,
 }
 
 
