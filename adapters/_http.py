@@ -12,9 +12,10 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import aclosing, asynccontextmanager
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import attrs
 import httpx
@@ -31,10 +32,10 @@ from llmrt import (
     attribution_headers,
 )
 
-from ._bodies import ACCEPT_ENCODING, GatedSSEParser, inflater_for
+from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
-from ._h11lite import MalformedResponse
-from ._transport import TrioTransport
+from ._h11lite import MalformedResponse, ResponseHead
+from ._transport import ResponseBody, TrioTransport
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -171,10 +172,11 @@ class KeyRedaction:
         return self._redactor
 
 
-def translate_http_error(exc: httpx.HTTPError) -> LlmError:
+def translate_http_error(exc: httpx.HTTPError, endpoint: str | None = None) -> LlmError:
     """An httpx exception as an `LlmError` (``TIMEOUT``, ``NETWORK`` or ``PROTOCOL``).
 
-    Connection failures name the endpoint (scheme, host and port only).
+    Connection failures name the endpoint (scheme, host and port only): the
+    failed request's, or ``endpoint`` (``scheme://host:port``) when given.
     """
     name = type(exc).__name__
     detail = str(exc) or name
@@ -189,7 +191,9 @@ def translate_http_error(exc: httpx.HTTPError) -> LlmError:
     if isinstance(exc, httpx.RemoteProtocolError):
         return LlmError(ErrorCode.NETWORK, f"the provider broke the connection ({detail})")
     return LlmError(
-        ErrorCode.NETWORK, f"connection to the provider{_endpoint(exc)} failed ({name}: {detail})"
+        ErrorCode.NETWORK,
+        f"connection to the provider{f' at {endpoint}' if endpoint else _endpoint(exc)} "
+        f"failed ({name}: {detail})",
     )
 
 
@@ -265,36 +269,39 @@ async def open_event_stream(
     except httpx.HTTPError as exc:
         raise translate_http_error(exc) from None
     try:
-        if response.status_code >= 300:
-            try:
-                raw = await _read_bounded(response)
-            except httpx.HTTPError:
-                raw = b""
-            raise redactor.error(
-                LlmError.from_failure(
-                    classify_http_error(provider_kind, response.status_code, response.headers, raw)
-                )
-            )
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type.lower():
-            try:
-                raw = await _read_bounded(response)
-            except httpx.HTTPError:
-                raw = b""
-            status = response.status_code
-            failure = _json_error_failure(provider_kind, status, response.headers, raw)
-            if failure is not None:
-                raise redactor.error(LlmError.from_failure(failure))
-            # Redacted before the cut, which could split a secret.
-            snippet = redactor.redact(raw.decode("utf-8", "replace"))[:120].strip()
-            raise LlmError(
-                ErrorCode.PROTOCOL,
-                f"expected an event stream, got {content_type or 'no content type'} "
-                f"with HTTP {response.status_code}: {snippet!r}",
-            )
+        if response.status_code >= 300 or not _is_event_stream(response.headers):
+            await _refuse(response, provider_kind, redactor)
         yield response
     finally:
         await response.aclose()
+
+
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    return "text/event-stream" in headers.get("content-type", "").lower()
+
+
+async def _refuse(response: httpx.Response, provider_kind: str, redactor: Redactor) -> NoReturn:
+    """Raise the `LlmError` for a response that is not a 2xx event stream (body read, bounded)."""
+    try:
+        raw = await _read_bounded(response)
+    except httpx.HTTPError:
+        raw = b""
+    status = response.status_code
+    if status >= 300:
+        raise redactor.error(
+            LlmError.from_failure(classify_http_error(provider_kind, status, response.headers, raw))
+        )
+    failure = _json_error_failure(provider_kind, status, response.headers, raw)
+    if failure is not None:
+        raise redactor.error(LlmError.from_failure(failure))
+    # Redacted before the cut, which could split a secret.
+    snippet = redactor.redact(raw.decode("utf-8", "replace"))[:120].strip()
+    content_type = response.headers.get("content-type", "")
+    raise LlmError(
+        ErrorCode.PROTOCOL,
+        f"expected an event stream, got {content_type or 'no content type'} "
+        f"with HTTP {status}: {snippet!r}",
+    )
 
 
 #: How long to wait for the end of a body after the provider's end-of-stream marker.
@@ -383,7 +390,7 @@ class SSEFeed:
         return self._wire.end()
 
 
-async def stream_events(
+def stream_events(
     client: httpx.AsyncClient,
     path: str,
     *,
@@ -392,7 +399,7 @@ async def stream_events(
     provider_kind: str,
     events: EventFeed,
     redactor: Redactor | None = None,
-) -> AsyncIterator[StreamChunk]:
+) -> AsyncGenerator[StreamChunk, None]:
     """POST ``body`` and stream the chunks ``events`` decodes from the response.
 
     The read that completes the stream is held until the rest of the body is
@@ -400,8 +407,31 @@ async def stream_events(
     `LlmError` as `open_event_stream` does, and for transport errors mid-body.
     Every failure quoting the provider, raised or in-band, leaves through
     ``redactor`` (default: credential-looking phrases only).
+
+    On the default transport (`TrioTransport`) the exchange skips httpx's
+    request and response objects and stream wrappers (`_direct_events`);
+    any other transport (``httpx.MockTransport``, HTTP/2, a proxy) goes
+    through ``client.send`` as usual. Both produce the same chunks and errors.
     """
     redactor = redactor if redactor is not None else Redactor()
+    transport = client._transport  # httpx keeps the transport it was given here
+    if type(transport) is TrioTransport:
+        return _direct_events(
+            client, transport, path, body, headers, provider_kind, events, redactor
+        )
+    return _client_events(client, path, body, headers, provider_kind, events, redactor)
+
+
+async def _client_events(
+    client: httpx.AsyncClient,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    provider_kind: str,
+    events: EventFeed,
+    redactor: Redactor,
+) -> AsyncGenerator[StreamChunk, None]:
+    """`stream_events` through ``client.send`` (any transport)."""
     async with open_event_stream(
         client, path, body=body, headers=headers, provider_kind=provider_kind, redactor=redactor
     ) as response:
@@ -412,9 +442,7 @@ async def stream_events(
                         chunks = events.feed(raw)
                     except RecursionError:
                         # A backstop: `GatedSSEParser` refuses deep nesting before decoding.
-                        raise LlmError(
-                            ErrorCode.PROTOCOL, "an event from the provider is nested too deeply"
-                        ) from None
+                        raise _too_deep() from None
                     if events.finished:
                         await finish_body(reads)
                         for chunk in _redact_last(chunks, redactor):
@@ -426,6 +454,170 @@ async def stream_events(
             raise translate_http_error(exc) from None
     for chunk in _redact_last(events.end(), redactor):
         yield chunk
+
+
+def _too_deep() -> LlmError:
+    return LlmError(ErrorCode.PROTOCOL, "an event from the provider is nested too deeply")
+
+
+@attrs.frozen
+class _Route:
+    """What every request of one client to one path shares, encoded once."""
+
+    origin: tuple[bytes, str, int]
+    #: ``POST target HTTP/1.1``, ``Host`` and the client's headers not overridden.
+    prefix: bytes
+    timeouts: dict[str, float | None]
+
+
+#: Per client: (path, the request's header names) -> its `_Route`. Bounded per client.
+_ROUTES: weakref.WeakKeyDictionary[httpx.AsyncClient, dict[tuple[str, tuple[str, ...]], _Route]]
+_ROUTES = weakref.WeakKeyDictionary()
+_MAX_ROUTES = 256
+
+
+def _route(client: httpx.AsyncClient, path: str, names: tuple[str, ...]) -> _Route:
+    """The cached `_Route` of ``client`` for ``path`` and a request with headers ``names``.
+
+    The target is httpx's own merge of the client's base URL and ``path``,
+    and the header block is httpx's merge (the request's headers replace the
+    client's of the same name), so both paths send the same request.
+    """
+    routes = _ROUTES.get(client)
+    if routes is None:
+        routes = _ROUTES[client] = {}
+    key = (path, names)
+    route = routes.get(key)
+    if route is not None:
+        return route
+    url = client._merge_url(path)
+    origin = TrioTransport.origin_of(url)
+    overridden = {name.lower() for name in names} | {"host", "content-length"}
+    # ``netloc`` is the Host header httpx sends (default port left out, IPv6 bracketed).
+    lines = [b"POST " + url.raw_path + b" HTTP/1.1\r\nHost: " + url.netloc]
+    for name, value in client.headers.raw:
+        if name.decode("latin-1").lower() not in overridden:
+            lines.append(b"\r\n" + name + b": " + value)
+    route = _Route(origin, b"".join(lines), client.timeout.as_dict())
+    if len(routes) >= _MAX_ROUTES:
+        routes.clear()  # model names in paths (Gemini) could grow it without end
+    routes[key] = route
+    return route
+
+
+def _direct_head(route: _Route, headers: Mapping[str, str], length: int) -> bytes:
+    """The request head: the route's prefix, the request's headers, ``Content-Length``.
+
+    Raises `LlmError` ``INVALID_REQUEST`` for a header that would break the
+    head (a line break or NUL: header injection), as httpx refuses it.
+    """
+    parts = [route.prefix]
+    for name, value in headers.items():
+        parts.append(b"\r\n" + name.encode("ascii") + b": " + value.encode("utf-8"))
+    parts.append(b"\r\nContent-Length: %d\r\n\r\n" % length)
+    head = b"".join(parts)
+    lines = len(parts) + route.prefix.count(b"\n") + 1
+    if head.count(b"\n") != lines or head.count(b"\r") != lines or b"\x00" in head:
+        raise LlmError(ErrorCode.INVALID_REQUEST, "a request header holds a line break or NUL")
+    return head
+
+
+def _header(head: ResponseHead, name: bytes) -> str:
+    """The first value of header ``name`` (lower case) as text; "" when absent."""
+    for key, value in head.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return ""
+
+
+async def _direct_events(
+    client: httpx.AsyncClient,
+    transport: TrioTransport,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    provider_kind: str,
+    events: EventFeed,
+    redactor: Redactor,
+) -> AsyncGenerator[StreamChunk, None]:
+    """`stream_events` straight on `TrioTransport`: one generator from request to chunks.
+
+    The same request as ``client.send`` would write, without the request,
+    URL, headers and response objects, the cookie jar or the four stream
+    wrappers httpx puts between a network read and its consumer: per
+    request and per read, that is most of what a stream costs the client
+    besides decoding. An error status or a body that is not an event stream
+    becomes an ``httpx.Response`` after all, so it is classified by the same
+    code as on any transport. Not kept: cookies the provider sets (an API
+    client needs none; httpx's path keeps them).
+    """
+    try:
+        route = _route(client, path, tuple(headers))
+    except httpx.HTTPError as exc:
+        raise translate_http_error(exc) from None
+    head = _direct_head(route, headers, len(body))
+    try:
+        response_head, stream = await transport.round_trip(
+            route.origin, b"POST", head, body, route.timeouts
+        )
+    except httpx.HTTPError as exc:
+        scheme, host, port = route.origin
+        raise translate_http_error(exc, f"{scheme.decode()}://{host}:{port}") from None
+    try:
+        if response_head.status >= 300 or (
+            "text/event-stream" not in _header(response_head, b"content-type").lower()
+        ):
+            response = httpx.Response(
+                status_code=response_head.status, headers=response_head.headers, stream=stream
+            )
+            await _refuse(response, provider_kind, redactor)
+        coding = _header(response_head, b"content-encoding")
+        inflater = inflater_for({"content-encoding": coding}) if coding else None
+        try:
+            while raw := await stream.receive():
+                if inflater is None:
+                    pieces: Iterable[bytes] = (raw,)
+                else:
+                    pieces = inflater.feed(raw)
+                first = True
+                for piece in pieces:
+                    if not first:
+                        await trio.lowlevel.checkpoint()
+                    first = False
+                    try:
+                        chunks = events.feed(piece)
+                    except RecursionError:
+                        raise _too_deep() from None
+                    if events.finished:
+                        if not stream.done:
+                            await _finish_direct(stream, inflater)
+                        for chunk in _redact_last(chunks, redactor):
+                            yield chunk
+                        return
+                    for chunk in chunks:
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise translate_http_error(exc) from None
+    finally:
+        stream.close()
+    for chunk in _redact_last(events.end(), redactor):
+        yield chunk
+
+
+async def _finish_direct(stream: ResponseBody, inflater: BoundedInflater | None) -> None:
+    """`finish_body` for `_direct_events`: the rest of the body, briefly, for the pool.
+
+    Past the end-of-stream marker nothing can change the call's outcome: a
+    read that fails or a body that fails to inflate costs only the connection.
+    """
+    with trio.move_on_after(EOF_GRACE):
+        try:
+            while raw := await stream.receive():
+                if inflater is not None:
+                    for _ in inflater.feed(raw):
+                        await trio.lowlevel.checkpoint()
+        except (LlmError, httpx.HTTPError):
+            pass
 
 
 def _redact_last(chunks: list[StreamChunk], redactor: Redactor) -> list[StreamChunk]:

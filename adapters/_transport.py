@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import select
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final, cast
 
 import attrs
@@ -52,13 +52,14 @@ import trio
 from ._h11lite import (
     Decoder,
     MalformedResponse,
+    ResponseHead,
     body_decoder,
     encode_chunk,
     parse_response_head,
     request_head,
 )
 
-__all__ = ["TrioTransport"]
+__all__ = ["ResponseBody", "TrioTransport"]
 
 #: The most bytes one network read asks for.
 RECEIVE_BYTES: Final = 64 * 1024
@@ -93,7 +94,7 @@ class _Connection:
             self.socket_stream.socket.close()
 
 
-def _timeouts(request: httpx.Request) -> dict[str, float | None]:
+def _timeouts(request: httpx.Request) -> Mapping[str, float | None]:
     timeout = request.extensions.get("timeout")
     return timeout if isinstance(timeout, dict) else {}
 
@@ -106,7 +107,7 @@ class _NothingReceived(Exception):
         self.error = error
 
 
-class _ResponseStream(httpx.AsyncByteStream):
+class ResponseBody(httpx.AsyncByteStream):
     """A response body: one `bytes` per network read; returns or closes its connection."""
 
     def __init__(
@@ -131,6 +132,22 @@ class _ResponseStream(httpx.AsyncByteStream):
         return self
 
     async def __anext__(self) -> bytes:
+        data = await self.receive()
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+    @property
+    def done(self) -> bool:
+        """True once the body was read to its end (nothing is left to receive)."""
+        return not self._first and self._decoder.done
+
+    async def receive(self) -> bytes:
+        """The body bytes of the next network read; ``b""`` once the body has ended.
+
+        The body's own API (the adapters' fast path reads it without httpx's
+        stream wrappers); ``async for`` is the same reads for httpx.
+        """
         if self._first:
             first, self._first = self._first, b""
             return first
@@ -157,7 +174,7 @@ class _ResponseStream(httpx.AsyncByteStream):
                 self._finish()
             if payload:
                 return payload
-        raise StopAsyncIteration
+        return b""
 
     def _finish(self) -> None:
         # The body is complete: the connection can serve the next request now.
@@ -171,8 +188,12 @@ class _ResponseStream(httpx.AsyncByteStream):
         if conn is not None:
             self._transport._release(conn, reusable=False)
 
+    def close(self) -> None:
+        """Return the connection if the body was read to its end, else close it. No I/O."""
+        self._release_broken()
+
     async def aclose(self) -> None:
-        """Return the connection if the body was read to its end, else close it. A checkpoint."""
+        """`close`, and a checkpoint."""
         self._release_broken()
         await trio.lowlevel.checkpoint()
 
@@ -342,24 +363,69 @@ class TrioTransport(httpx.AsyncBaseTransport):
         ``ConnectTimeout``, ``WriteError``/``WriteTimeout``, ``ReadError``/
         ``ReadTimeout``, `httpx.RemoteProtocolError`, `httpx.LocalProtocolError`.
         """
-        if self._closed:
-            raise RuntimeError("the transport is closed")
         url = request.url
+        method = request.method.encode("ascii")
+        raw = request.headers.raw
+        head = request_head(method, url.raw_path, raw)
+        chunked_body = any(
+            k.lower() == b"transfer-encoding" and b"chunked" in v.lower() for k, v in raw
+        )
+        stream = request.stream
+        # Only a body held whole in memory can be sent a second time.
+        body: bytes | httpx.AsyncByteStream
+        if isinstance(stream, httpx.ByteStream):
+            body = request.content
+        else:
+            assert isinstance(stream, httpx.AsyncByteStream)
+            body = stream
+        response_head, body_stream = await self.round_trip(
+            self.origin_of(url),
+            method,
+            head,
+            body,
+            _timeouts(request),
+            chunked=chunked_body,
+            asks_close=_asks_close(request),
+        )
+        return httpx.Response(
+            status_code=response_head.status,
+            headers=response_head.headers,
+            stream=body_stream,
+            extensions={
+                "http_version": response_head.http_version,
+                "reason_phrase": response_head.reason,
+            },
+        )
+
+    @staticmethod
+    def origin_of(url: httpx.URL) -> Origin:
+        """(scheme, host, port) of ``url``; raises `httpx.UnsupportedProtocol` for non-http(s)."""
         scheme = url.raw_scheme
         if scheme not in _DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"TrioTransport does not speak {scheme!r} URLs")
-        origin: Origin = (scheme, url.raw_host.decode("ascii"), url.port or _DEFAULT_PORTS[scheme])
-        timeouts = _timeouts(request)
-        method = request.method.encode("ascii")
-        head = request_head(method, url.raw_path, request.headers.raw)
-        chunked_body = any(
-            k.lower() == b"transfer-encoding" and b"chunked" in v.lower()
-            for k, v in request.headers.raw
-        )
+        return (scheme, url.raw_host.decode("ascii"), url.port or _DEFAULT_PORTS[scheme])
 
-        # Only a body held whole in memory can be sent a second time.
-        replayable = isinstance(request.stream, httpx.ByteStream)
+    async def round_trip(
+        self,
+        origin: Origin,
+        method: bytes,
+        head: bytes,
+        body: bytes | httpx.AsyncByteStream,
+        timeouts: Mapping[str, float | None],
+        *,
+        chunked: bool = False,
+        asks_close: bool = False,
+    ) -> tuple[ResponseHead, ResponseBody]:
+        """One exchange without httpx's request and response objects. A checkpoint.
 
+        ``head`` is the encoded request head (`request_head`); ``body`` is
+        sent after it (chunked when ``chunked``). Returns the final response
+        head and its streaming body, which the caller must `close
+        <ResponseBody.close>` (the body read to its end returns the
+        connection to the pool). Raises as `handle_async_request` does.
+        """
+        if self._closed:
+            raise RuntimeError("the transport is closed")
         await self._acquire_slot(timeouts.get("pool"))
         conn = self._take_idle(origin)
         reused = conn is not None
@@ -374,10 +440,11 @@ class TrioTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._release_slot()
             raise
+        replayable = isinstance(body, bytes)
         while True:
             self._active.add(conn)
             try:
-                return await self._exchange(conn, request, method, head, chunked_body, timeouts)
+                return await self._exchange(conn, body, method, head, chunked, timeouts, asks_close)
             except _NothingReceived as failed:
                 if not (reused and replayable):
                     self._release(conn, reusable=False)
@@ -407,44 +474,49 @@ class TrioTransport(httpx.AsyncBaseTransport):
     async def _exchange(
         self,
         conn: _Connection,
-        request: httpx.Request,
+        body: bytes | httpx.AsyncByteStream,
         method: bytes,
         head: bytes,
         chunked: bool,
-        timeouts: dict[str, float | None],
-    ) -> httpx.Response:
+        timeouts: Mapping[str, float | None],
+        asks_close: bool,
+    ) -> tuple[ResponseHead, ResponseBody]:
         """Write the request and read the response head; `_NothingReceived` if no byte came."""
         read_limit = timeouts.get("read")
         try:
-            await self._write_request(conn, request, head, chunked, timeouts.get("write"))
+            await self._write_request(conn, body, head, chunked, timeouts.get("write"))
         except httpx.WriteError as write_error:
             # The server may have answered and closed before reading the whole body (a
             # 413, say): read that answer, as httpcore does. The connection is broken,
             # so the read ends at once; without a usable answer the write error stands.
             try:
-                return await self._read_response(conn, method, read_limit, request, reuse=False)
+                return await self._read_response(conn, method, read_limit, asks_close, reuse=False)
             except _NothingReceived:
                 raise _NothingReceived(write_error) from None
             except httpx.HTTPError:
                 raise write_error from None
-        return await self._read_response(conn, method, read_limit, request)
+        return await self._read_response(conn, method, read_limit, asks_close)
 
     async def _write_request(
         self,
         conn: _Connection,
-        request: httpx.Request,
+        body: bytes | httpx.AsyncByteStream,
         head: bytes,
         chunked: bool,
         limit: float | None,
     ) -> None:
-        stream = request.stream
-        if isinstance(stream, httpx.ByteStream) and not chunked:
-            # The common case, one whole body: head and body in one write.
-            await self._send(conn, head + request.content, limit)
+        if isinstance(body, bytes):
+            if not chunked:
+                # The common case, one whole body: head and body in one write.
+                await self._send(conn, head + body, limit)
+                return
+            await self._send(conn, head, limit)
+            if body:
+                await self._send(conn, encode_chunk(body), limit)
+            await self._send(conn, b"0\r\n\r\n", limit)
             return
         await self._send(conn, head, limit)
-        assert isinstance(stream, httpx.AsyncByteStream)
-        async for part in stream:
+        async for part in body:
             if part:
                 await self._send(conn, encode_chunk(part) if chunked else part, limit)
         if chunked:
@@ -455,10 +527,10 @@ class TrioTransport(httpx.AsyncBaseTransport):
         conn: _Connection,
         method: bytes,
         limit: float | None,
-        request: httpx.Request,
+        asks_close: bool,
         *,
         reuse: bool = True,
-    ) -> httpx.Response:
+    ) -> tuple[ResponseHead, ResponseBody]:
         buffer = bytearray()
         received = False
         informational = 0
@@ -500,15 +572,9 @@ class TrioTransport(httpx.AsyncBaseTransport):
             and head.http_version == b"HTTP/1.1"
             and b"close" not in head.connection_tokens()
             and not decoder.close_delimited
-            and not _asks_close(request)
+            and not asks_close
         )
-        stream = _ResponseStream(self, conn, decoder, first, limit, keep_alive)
-        return httpx.Response(
-            status_code=head.status,
-            headers=head.headers,
-            stream=stream,
-            extensions={"http_version": head.http_version, "reason_phrase": head.reason},
-        )
+        return head, ResponseBody(self, conn, decoder, first, limit, keep_alive)
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use. Later requests raise `RuntimeError`."""
