@@ -42,7 +42,7 @@ RESPONSE_HEAD = (
 
 @attrs.define(eq=False)
 class Connection:
-    """One accepted connection, as `llmrt.testing.ConnectionRecord` describes it (the fields read)."""
+    """One accepted connection: the fields of `llmrt.testing.ConnectionRecord` the stats read."""
 
     opened_at: float
     closed_at: float | None = None
