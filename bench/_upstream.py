@@ -245,4 +245,3 @@ async def serve(
                 sock, _ = await listener.accept()
                 sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
                 nursery.start_soon(_handle, up, pacer, sock)
-
