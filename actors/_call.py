@@ -602,15 +602,21 @@ class Call:
         return Redactor()
 
     async def _drain(self, source: AsyncIterator[StreamChunk]) -> int:
-        """Count what the adapter still emits after its finish, without waiting for it."""
+        """Count what the adapter still emits after its finish, without waiting for it.
+
+        Runs inside the call's own scope, cancelled here: the adapter's work is
+        over once it finished, and a cancel scope of its own would cost the
+        call as much as a few chunks. The `Cancelled` an adapter meets if it
+        waits is swallowed: only shielded closing runs in the scope after this,
+        and any outer cancellation is raised again at the next checkpoint.
+        """
         dropped = 0
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            try:
-                async for _ in source:
-                    dropped += 1
-            except Exception:
-                pass  # the adapter's own failure after its finish changes nothing
+        self._scope.cancel()
+        try:
+            async for _ in source:
+                dropped += 1
+        except (Exception, trio.Cancelled):
+            pass  # the adapter's own failure after its finish changes nothing
         return dropped
 
     # ---- dispatch ------------------------------------------------------------------------
