@@ -86,6 +86,10 @@ BlockKind = Literal["text", "reasoning", "tool-call"]
 EMPTY_MESSAGE = "the model returned no content"
 
 
+#: How many fragments of a block are kept as separate strings before they are joined.
+JOIN_EVERY = 32
+
+
 class Block:
     """One emitted block: its llmrt index, kind, fragments, and the decoder's facts.
 
@@ -94,16 +98,34 @@ class Block:
     Decoders read these fields and may set ``replay``; the tracker writes the rest.
     """
 
-    __slots__ = ("call_id", "closed", "index", "kind", "name", "parts", "replay")
+    __slots__ = ("_joined", "call_id", "closed", "index", "kind", "name", "parts", "replay")
 
     def __init__(self, index: int, kind: BlockKind) -> None:
         self.index = index
         self.kind: BlockKind = kind
+        #: The fragments; runs of `JOIN_EVERY` are joined into one string as they fill.
         self.parts: list[str] = []
+        self._joined = 0
         self.call_id: str | None = None
         self.name: str | None = None
         self.closed = False
         self.replay: Any = None
+
+    def add(self, fragment: str) -> None:
+        """Keep ``fragment``. Every `JOIN_EVERY` fragments become one string.
+
+        A token-sized fragment costs a string object (about 50 bytes besides
+        its text) for as long as the block is open, which is most of what a
+        long stream holds; joined in runs, the held text costs about its own
+        size. Each fragment is copied once more, never again (earlier runs
+        stay as they are).
+        """
+        parts = self.parts
+        parts.append(fragment)
+        if len(parts) - self._joined >= JOIN_EVERY:
+            joined = self._joined
+            parts[joined:] = ["".join(parts[joined:])]
+            self._joined = joined + 1
 
     @property
     def text(self) -> str:
@@ -198,13 +220,13 @@ class BlockTracker:
     def text(self, block: Block, text: str | None) -> None:
         """Append text to an open text block (emits ``text-delta``; empty text emits nothing)."""
         if text and not (self._done or block.closed):
-            block.parts.append(text)
+            block.add(text)
             self._out.append(TextDelta(index=block.index, text=text))
 
     def reasoning(self, block: Block, text: str | None) -> None:
         """Append reasoning to an open reasoning block (emits ``reasoning-delta``)."""
         if text and not (self._done or block.closed):
-            block.parts.append(text)
+            block.add(text)
             self._out.append(ReasoningDelta(index=block.index, text=text))
 
     def tool_call(
@@ -231,7 +253,7 @@ class BlockTracker:
         if new_id is None and new_name is None and not arguments:
             return
         if arguments:
-            block.parts.append(arguments)
+            block.add(arguments)
         self._out.append(
             ToolCallDelta(
                 index=block.index,

@@ -125,3 +125,16 @@ def test_failures_end_at_once_and_keep_a_request_id() -> None:
     assert type(finish) is Finish and type(finish.reason) is FinishError
     assert finish.reason.failure.code == ErrorCode.NETWORK
     assert "[DONE]" in finish.reason.failure.message
+
+
+def test_a_long_block_keeps_its_fragments_joined_in_runs_and_its_text_whole() -> None:
+    from llmrt.adapters._blocks import JOIN_EVERY, Block
+
+    block = Block(0, "text")
+    fragments = [f"t{i} " for i in range(JOIN_EVERY * 5 + 7)]
+    for fragment in fragments:
+        block.add(fragment)
+    assert block.text == "".join(fragments)
+    # Five joined runs and the seven fragments since the last one.
+    assert len(block.parts) == 5 + 7
+    assert block.parts[0] == "".join(fragments[:JOIN_EVERY])
