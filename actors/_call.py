@@ -57,6 +57,7 @@ from llmrt._errors import ErrorCode, LlmError, LlmFailure, failure_of
 from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
+from llmrt._stop_hooks import set_registrar
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
@@ -206,6 +207,13 @@ class PreparedTarget:
     input_modalities: tuple[ModelModality, ...] | None = None
 
 
+def _run_closer(close: Callable[[], None]) -> None:
+    try:
+        close()
+    except Exception:
+        log.exception("a close_on_stop callback failed")
+
+
 async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
     aclose = getattr(source, "aclose", None)
     if aclose is None or getattr(source, "ag_frame", True) is None:
@@ -262,6 +270,8 @@ class Call:
     _series: CallSeries | None = attrs.field(default=None, init=False)
     #: trio time of the abort that stopped this call (None: none did).
     _aborted_at: float | None = attrs.field(default=None, init=False)
+    #: What the adapter asked to close the moment the call stops (`llmrt.close_on_stop`).
+    _closers: list[Callable[[], None]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
@@ -340,6 +350,7 @@ class Call:
             # Cancel first: a producer parked inside the scope gets Cancelled; then
             # leave(), which wakes one parked outside it (delivering its finish).
             self._scope.cancel()
+            self._run_closers()
             self._box.leave()
             with trio.CancelScope(shield=True):
                 if not self._task_done:
@@ -437,8 +448,25 @@ class Call:
         if self._cause is None and not self._task_done:
             self._cause = cause
             self._scope.cancel()
+            self._run_closers()
             return True
         return False
+
+    def _close_on_stop(self, close: Callable[[], None]) -> None:
+        """`llmrt.close_on_stop` in this call's task: keep ``close`` (run it if already stopped)."""
+        if self._cause is not None or self._scope.cancel_called:
+            _run_closer(close)
+        elif self._closers is None:
+            self._closers = [close]
+        else:
+            self._closers.append(close)
+
+    def _run_closers(self) -> None:
+        """Close, now, what the adapter registered: the provider sees the stop at once."""
+        closers, self._closers = self._closers, None
+        if closers:
+            for close in closers:
+                _run_closer(close)
 
     # ---- the call task -------------------------------------------------------------------
 
@@ -468,6 +496,7 @@ class Call:
                 saw_block = False
                 started = first = self._watch_last = clock.current_time()
                 self._watch()
+                set_registrar(self._close_on_stop)  # this task's own context
                 with self._scope:
                     try:
                         opened = await self._dispatch()

@@ -30,6 +30,7 @@ from llmrt import (
     Redactor,
     StreamChunk,
     attribution_headers,
+    close_on_stop,
 )
 
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
@@ -563,6 +564,8 @@ async def _direct_events(
     except httpx.HTTPError as exc:
         scheme, host, port = route.origin
         raise translate_http_error(exc, f"{scheme.decode()}://{host}:{port}") from None
+    # A stopped call closes the connection at the stop, not a scheduler pass later.
+    close_on_stop(stream.close)
     try:
         if response_head.status >= 300 or (
             "text/event-stream" not in _header(response_head, b"content-type").lower()

@@ -108,6 +108,7 @@ from ._retry import ResolvedRetryPolicy as ResolvedRetryPolicy
 from ._retry import RetryEvent as RetryEvent
 from ._retry import RetryScheduled as RetryScheduled
 from ._retry import default_retry_policy as default_retry_policy
+from ._stop_hooks import close_on_stop as close_on_stop
 from ._vocab import BUILTIN_BLOCK_TYPES as BUILTIN_BLOCK_TYPES
 from ._vocab import register_content_block as register_content_block
 from ._vocab import register_finish_reason as register_finish_reason
@@ -160,6 +161,7 @@ __all__ = [
     "registered_finish_reasons",
     "registered_message_sources",
     "require_block_types",
+    "close_on_stop",
     "Wire",
     "DEFAULT_RETRYABLE_CODES",
     "Adapter",

@@ -1,0 +1,140 @@
+"""`llmrt.close_on_stop`: a stopped call closes what the adapter registered at the stop itself."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+import llmrt
+from llmrt import (
+    Adapter,
+    BlockStart,
+    Finish,
+    FinishAborted,
+    FinishStop,
+    GenerateOptions,
+    StreamChunk,
+    TextDelta,
+    close_on_stop,
+    user_message,
+)
+from llmrt.testing import SSEScript, open_upstream, openai_events
+
+pytestmark = pytest.mark.timeout(20)
+
+
+class Holding(Adapter):
+    """Registers a closer, sends one chunk, then waits forever (or finishes, if told to)."""
+
+    def __init__(self, *, finish: bool = False) -> None:
+        self.finish = finish
+        self.closed = 0
+        #: Whether the closer had run when the adapter's own cleanup ran.
+        self.closed_before_cleanup: bool | None = None
+
+    def _close(self) -> None:
+        self.closed += 1
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        close_on_stop(self._close)
+        try:
+            yield BlockStart(index=0, block_type="text")
+            yield TextDelta(index=0, text="hi")
+            if self.finish:
+                yield Finish(reason=FinishStop())
+                return
+            await trio.sleep_forever()
+        finally:
+            self.closed_before_cleanup = self.closed > 0
+
+
+def _options() -> GenerateOptions:
+    return GenerateOptions(provider="p", model="m", messages=(user_message("hi"),))
+
+
+async def test_abort_runs_the_closer_before_the_call_task_runs_again() -> None:
+    adapter = Holding()
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        async with rt.stream(_options()) as call:
+            async for chunk in call:
+                if type(chunk) is TextDelta:
+                    call.abort("enough")
+                    # Synchronously: no checkpoint has passed since abort().
+                    assert adapter.closed == 1
+                elif type(chunk) is Finish:
+                    assert type(chunk.reason) is FinishAborted
+    assert adapter.closed_before_cleanup is True
+
+
+async def test_leaving_early_runs_the_closer_before_the_adapter_cleans_up() -> None:
+    adapter = Holding()
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        async with rt.stream(_options()) as call:
+            async for chunk in call:
+                if type(chunk) is TextDelta:
+                    break
+        assert adapter.closed == 1
+    assert adapter.closed_before_cleanup is True
+
+
+async def test_a_call_that_ends_normally_never_runs_its_closer() -> None:
+    adapter = Holding(finish=True)
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        async with rt.stream(_options()) as call:
+            chunks = [chunk async for chunk in call]
+    assert type(chunks[-1]) is Finish and type(chunks[-1].reason) is FinishStop
+    assert adapter.closed == 0
+
+
+async def test_outside_a_runtime_call_registering_does_nothing() -> None:
+    adapter = Holding(finish=True)
+    chunks = [chunk async for chunk in adapter.stream(_options())]
+    assert type(chunks[-1]) is Finish and adapter.closed == 0
+
+
+async def test_a_failing_closer_is_logged_and_the_call_still_ends_aborted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Failing(Holding):
+        def _close(self) -> None:
+            raise RuntimeError("cannot close")
+
+    adapter = Failing()
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        with caplog.at_level(logging.ERROR):
+            async with rt.stream(_options()) as call:
+                async for chunk in call:
+                    if type(chunk) is TextDelta:
+                        call.abort()
+                    last = chunk
+    assert type(last) is Finish and type(last.reason) is FinishAborted
+    assert "close_on_stop callback failed" in caplog.text
+
+
+async def test_an_aborted_http_stream_is_closed_before_the_call_task_runs() -> None:
+    from llmrt.adapters.openai_chat import OpenAIChatAdapter
+
+    script = SSEScript(events=openai_events([f"t{i} " for i in range(100)]), delay=0.05)
+    async with open_upstream(script) as upstream, llmrt.open_runtime() as rt:
+        adapter = OpenAIChatAdapter(
+            base_url=upstream.base_url, api_key_env="K", environ={"K": "sk-close-0000"}
+        )
+        await rt.register_adapter(["p"], adapter)
+        async with rt.stream(_options()) as call:
+            async for chunk in call:
+                if type(chunk) is TextDelta:
+                    call.abort()
+                    # The client's socket is closed already: the pool holds it no more.
+                    assert adapter.connection_counts() == (0, 0)
+                    break
+        with trio.fail_after(5):
+            await upstream.wait_all_closed()
+        assert upstream.connections[0].closed_by == "client"
+        await adapter.aclose()
