@@ -40,6 +40,8 @@ Out of scope (use httpx's own transport): HTTP/2, proxies, ``Expect:
 
 from __future__ import annotations
 
+import heapq
+import math
 import select
 import socket
 import ssl
@@ -116,6 +118,14 @@ class _Connection:
     closed: bool = False
     #: The non-blocking standard-library socket under a plain TCP stream (None: TLS).
     raw: socket.socket | None = None
+    #: trio time by which the read now waiting must get data (see `_ReadDeadlines`).
+    read_deadline: float = math.inf
+    #: True while a read waits on the socket.
+    reading: bool = False
+    #: The `_ReadDeadlines` watching this connection's reads (None: none).
+    watched_in: _ReadDeadlines | None = None
+    #: Set when the read-deadline watchdog closed the connection.
+    timed_out: bool = False
 
     def close(self) -> None:
         """Close the socket now, without I/O (a TLS session ends without close_notify)."""
@@ -127,6 +137,81 @@ class _Connection:
 def _timeouts(request: httpx.Request) -> Mapping[str, float | None]:
     timeout = request.extensions.get("timeout")
     return timeout if isinstance(timeout, dict) else {}
+
+
+class _ReadDeadlines:
+    """Read timeouts for every transport of a trio run: one watchdog task closes late reads.
+
+    A waiting read sets its connection's ``read_deadline``; the first one
+    also puts the connection in a heap (once: later reads only move the
+    deadline). The watchdog sleeps until the earliest entry; when it is due,
+    a connection whose deadline moved is put back at its new deadline, one
+    whose read is still waiting past it is closed (the read then raises
+    `httpx.ReadTimeout`), and one that is not reading leaves the heap until
+    its next read. So a read pays two attribute writes for its timeout, and
+    the watchdog wakes about once per timeout per connection. It is a
+    system task of the run, started by the first read that needs it, and it
+    ends when nothing is left to watch.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Connection]] = []
+        self._seq = 0
+        self._sleep: trio.CancelScope | None = None
+        self.alive = True
+
+    def add(self, conn: _Connection) -> None:
+        conn.watched_in = self
+        self._seq += 1
+        heapq.heappush(self._heap, (conn.read_deadline, self._seq, conn))
+        sleep = self._sleep
+        if sleep is not None and conn.read_deadline < sleep.deadline:
+            sleep.deadline = conn.read_deadline
+
+    async def run(self) -> None:
+        heap = self._heap
+        try:
+            while heap:
+                with trio.CancelScope(deadline=heap[0][0]) as sleep:
+                    self._sleep = sleep
+                    await trio.sleep_forever()
+                self._sleep = None
+                now = trio.current_time()
+                while heap and heap[0][0] <= now:
+                    _, _, conn = heapq.heappop(heap)
+                    if conn.closed:
+                        conn.watched_in = None
+                    elif conn.read_deadline > now:
+                        self._seq += 1
+                        heapq.heappush(heap, (conn.read_deadline, self._seq, conn))
+                    elif conn.reading:
+                        conn.watched_in = None
+                        conn.timed_out = True
+                        conn.close()  # the waiting read wakes with ClosedResourceError
+                    else:
+                        conn.watched_in = None  # not reading: its next read watches it again
+        finally:
+            self.alive = False
+            for _, _, conn in heap:
+                conn.watched_in = None
+
+
+_READ_DEADLINES: trio.lowlevel.RunVar[_ReadDeadlines | None] = trio.lowlevel.RunVar(
+    "llmrt_read_deadlines", default=None
+)
+
+
+def _watch_read(conn: _Connection) -> None:
+    """Have the run's `_ReadDeadlines` watch ``conn`` (its ``read_deadline`` is set)."""
+    watching = conn.watched_in
+    if watching is not None and watching.alive:
+        return  # in the heap already: its entry finds the new deadline when due
+    deadlines = _READ_DEADLINES.get()
+    if deadlines is None or not deadlines.alive:
+        deadlines = _ReadDeadlines()
+        _READ_DEADLINES.set(deadlines)
+        trio.lowlevel.spawn_system_task(deadlines.run, name="llmrt.transport.read_deadlines")
+    deadlines.add(conn)
 
 
 class _NothingReceived(Exception):
@@ -371,28 +456,45 @@ class TrioTransport(httpx.AsyncBaseTransport):
     async def _receive(
         self, conn: _Connection, limit: float | None, on_error: Callable[[], None]
     ) -> bytes:
+        """One network read: a schedule point, bounded by ``limit`` seconds of waiting.
+
+        The read timeout is no cancel scope per read (one costs about four
+        checkpoints, paid per token): a read that waits records its deadline
+        on the connection, and the transport's `_ReadDeadlines` watchdog
+        closes a connection whose read is still waiting past it. Data already
+        waiting is taken with one non-blocking ``recv``.
+        """
         try:
             raw = conn.raw
             if raw is not None:
-                # Data already waiting needs no timeout: a checkpoint (a read is a
-                # schedule point, as trio's receive_some is), then one non-blocking
-                # recv. Only a read that must wait pays for a timeout scope (a cancel
-                # scope costs about four checkpoints; with many streams most reads
-                # find their data waiting).
-                await trio.lowlevel.checkpoint()
                 try:
-                    return raw.recv(RECEIVE_BYTES)
+                    data = raw.recv(RECEIVE_BYTES)
                 except BlockingIOError:
                     pass
-            if limit is None:
-                return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
-            with trio.fail_after(limit):
-                return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
-        except trio.TooSlowError:
-            on_error()
-            raise httpx.ReadTimeout("the server sent nothing in time") from None
+                else:
+                    # A read is a schedule point, as trio's receive_some is (cancelled
+                    # here, the data is lost with the connection, which is closed).
+                    await trio.lowlevel.checkpoint()
+                    return data
+            if limit is not None:
+                conn.read_deadline = trio.current_time() + limit
+                _watch_read(conn)
+            conn.reading = True
+            try:
+                if raw is None:
+                    return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
+                while True:
+                    await trio.lowlevel.wait_readable(raw)
+                    try:
+                        return raw.recv(RECEIVE_BYTES)
+                    except BlockingIOError:
+                        continue  # a spurious wake-up
+            finally:
+                conn.reading = False
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             on_error()
+            if conn.timed_out:
+                raise httpx.ReadTimeout("the server sent nothing in time") from None
             raise httpx.ReadError(f"reading the response failed: {exc!r}") from None
         except BaseException:
             on_error()  # cancelled mid-read: the connection's state is unknown

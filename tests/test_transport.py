@@ -408,3 +408,46 @@ async def test_an_abort_closes_the_upstream_connection() -> None:
             with trio.fail_after(5):
                 record = await upstream.wait_connection_closed(0)
     assert record.closed_by == "client"
+
+
+def _read_deadline_tasks() -> int:
+    root = trio.lowlevel.current_root_task()
+    return sum(
+        1
+        for nursery in root.child_nurseries
+        for task in nursery.child_tasks
+        if task.name == "llmrt.transport.read_deadlines"
+    )
+
+
+async def test_the_read_timeout_bounds_each_wait_not_the_whole_body(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.02
+    # Five events 2 s apart: 8 s in all, each wait 2 s, under a 3 s read timeout.
+    paced = SSEScript(events=openai_events(["a", "b", "c"]), delay=2.0)
+    async with open_upstream(paced) as upstream, client_for(upstream) as client:
+        timeout = httpx.Timeout(5.0, read=3.0)
+        async with client.stream("POST", CHAT, content=b"{}", timeout=timeout) as response:
+            body = b"".join([part async for part in response.aiter_raw()])
+        assert body.count(b"data:") == len(openai_events(["a", "b", "c"]))
+        assert trio.current_time() >= 8.0
+
+
+async def test_the_read_deadline_watchdog_ends_when_nothing_is_left_to_watch(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.02
+    paced = SSEScript(events=openai_events(["a"]), delay=1.0)
+    async with open_upstream(paced) as upstream, client_for(upstream) as client:
+        timeout = httpx.Timeout(5.0, read=3.0)
+        async with client.stream("POST", CHAT, content=b"{}", timeout=timeout) as response:
+            async for _ in response.aiter_raw():
+                assert _read_deadline_tasks() == 1  # one per run, watching this read
+        # The connection went back to the pool; past its last deadline nothing is watched.
+        await trio.sleep(4.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert _read_deadline_tasks() == 0
+        # A later request on the pooled connection is served as before.
+        again = await client.post(CHAT, content=b"{}", timeout=timeout)
+        assert again.status_code == 200
