@@ -2,10 +2,41 @@
 
 ``bench_http.py`` measures abandonment across two processes, so its figure
 includes the upstream process's own scheduling. Here the local upstream
-(`llmrt.testing`) runs in the same trio run as the client: the time from
-the consumer leaving its ``async with`` (or calling ``abort()``) to the
-upstream observing the client's EOF is llmrt's closing path plus one
-loopback hop. Both sides read trio's clock.
+(`llmrt.testing`) runs in the same trio run as the clients: the time from a
+consumer deciding to leave to the upstream observing the client's EOF is the
+client's closing path plus one loopback hop, with no second process in it.
+
+What is measured, per stream: ``closed_at`` of the upstream's record of the
+stream's connection (`trio.current_time()` when the server saw the client
+leave) minus the client's clock reading at the moment it left, in ms. Each
+consumer leaves right after its k-th text delta, k = 3..7 (``3 + n % 5``).
+Three cases:
+
+* ``leave`` -- llmrt (`OpenAIChatAdapter` in `llmrt.open_runtime`): ``break``
+  out of ``async for chunk in call``, leaving the ``async with rt.stream(...)``;
+* ``abort`` -- llmrt: ``call.abort()`` inside the ``async with``;
+* ``floor`` -- the raw-trio floor client of ``_floor.py`` (one trio socket per
+  stream, chunked coding and SSE parsed by hand), unchanged: leaving is
+  returning from inside its ``async with sock``. It notes ``time.monotonic()``
+  when it leaves, converted here to trio's clock (on Linux trio's clock is
+  CLOCK_MONOTONIC plus a constant offset, measured once per run).
+
+Every request carries its stream number at the end of its user message, so
+the upstream's request records map each stream to its connection. One round
+runs the three cases one after another on the same upstream, each with
+``streams`` concurrent streams started ``stagger`` seconds apart, and waits
+for every connection to close; the case order rotates from round to round,
+so machine noise and order effects fall on all three alike. The stagger
+spreads the streams' events over the upstream's 10 ms pace: started all at
+once, every stream wakes on the same tick and a close waits behind the
+whole batch, which measures the run queue, not the closing path. Sizes: 10
+streams 1 ms apart x 100 rounds = 1,000 cancels per case (``--quick``:
+10 x 3); ``python -m bench`` can change them through ``LLMRT_BENCH_SIZES``
+(keys ``streams``, ``rounds``, ``stagger``).
+
+Reported per case: p50 / p90 / p99 / max ms and how many closes took at most
+1 ms; for ``leave`` and ``abort`` the p99 over the floor's p99, and a target
+of p99 <= ``TARGET_P99_MS``.
 
     python bench/bench_abandon.py [--quick]
 """
@@ -13,96 +44,237 @@ loopback hop. Both sides read trio's clock.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
+from typing import Any
 
+import _floor
+import msgspec
 import trio
-from _common import environment, median, percentiles, table, write_json
+from _common import environment, median, percentiles, sized, table, write_json
 
 import llmrt
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
-from llmrt.testing import SSEScript, open_upstream, openai_events
+from llmrt.testing import SSEScript, Upstream, open_upstream, openai_events
 
+#: A close counted in ``within_1ms``.
 TARGET_MS = 1.0
+#: The target for llmrt's p99 cancel -> close, per llmrt case.
+TARGET_P99_MS = 0.35
+
+CASES = ("leave", "abort", "floor")
+FULL: dict[str, Any] = {"streams": 10, "rounds": 100, "stagger": 0.001}
+QUICK: dict[str, Any] = {"streams": 10, "rounds": 3, "stagger": 0.001}
+API_KEY = "sk-bench-0000"
 
 
-async def measure(streams: int, rounds: int, how: str) -> list[float]:
-    """Milliseconds from leave/abort to the upstream seeing the connection close."""
+def leave_after(n: int) -> int:
+    """Text deltas stream ``n`` reads before it leaves: 3..7."""
+    return 3 + n % 5
+
+
+def prompt(n: int) -> str:
+    # The prompt ends with " n", so the upstream's request record finds the
+    # connection stream n used (see `closes`).
+    return f"go {n}"
+
+
+def trio_offset() -> float:
+    """``trio.current_time() - time.monotonic()``: constant within a process on Linux."""
+    before = time.monotonic()
+    now = trio.current_time()
+    after = time.monotonic()
+    return now - (before + after) / 2
+
+
+async def run_llmrt(rt: Any, streams: int, stagger: float, how: str) -> dict[int, float]:
+    """One round of llmrt streams; returns trio's clock when each stream left."""
+    left: dict[int, float] = {}
+
+    async def one(n: int) -> None:
+        request = llmrt.GenerateOptions(
+            provider="p", model="m", messages=(llmrt.user_message(prompt(n)),)
+        )
+        k = leave_after(n)
+        async with rt.stream(request) as call:
+            seen = 0
+            async for chunk in call:
+                if not isinstance(chunk, llmrt.TextDelta):
+                    continue
+                seen += 1
+                if seen == k and n not in left:
+                    left[n] = trio.current_time()
+                    if how == "abort":
+                        call.abort()
+                    else:
+                        break  # leaving the async with: the abandonment case
+
+    async with trio.open_nursery() as nursery:
+        for n in range(streams):
+            nursery.start_soon(one, n)
+            await trio.sleep(stagger)
+    return left
+
+
+async def run_floor(
+    session: _floor.Session, streams: int, stagger: float, offset: float
+) -> dict[int, float]:
+    """One round of floor streams; returns trio's clock when each stream left."""
+    left: dict[int, float] = {}
+    received = [0]
+
+    async def one(n: int) -> None:
+        body = msgspec.json.encode(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": prompt(n)}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        )
+        _, at = await _floor.stream(session, body, leave_after(n), received)
+        if at is None:
+            raise RuntimeError(f"floor stream {n} ended before its {leave_after(n)}th delta")
+        left[n] = at + offset
+
+    async with trio.open_nursery() as nursery:
+        for n in range(streams):
+            nursery.start_soon(one, n)
+            await trio.sleep(stagger)
+    return left
+
+
+def closes(
+    upstream: Upstream, first_request: int, left: dict[int, float], odd: dict[str, int]
+) -> list[float]:
+    """Milliseconds from each stream leaving to the upstream seeing its connection close."""
+    out: list[float] = []
+    records = upstream.requests[first_request:]
+    if len(records) != len(left):
+        odd["request_count_mismatch"] += abs(len(records) - len(left))
+    for record in records:
+        n = int(record.json["messages"][-1]["content"].rsplit(" ", 1)[-1])
+        connection = upstream.connections[record.connection]
+        assert connection.closed_at is not None  # wait_all_closed saw it close
+        if connection.closed_by != "client" or n not in left:
+            odd["not_closed_by_client"] += 1  # a server close or a stream that never left
+            continue
+        out.append((connection.closed_at - left[n]) * 1000)
+    return out
+
+
+async def measure(
+    streams: int, rounds: int, stagger: float
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """All three cases, interleaved round by round, against one upstream in one trio run."""
     script = SSEScript(events=openai_events([f"t{i} " for i in range(1000)]), delay=0.01)
-    latencies: list[float] = []
-    async with open_upstream(script) as upstream, llmrt.open_runtime() as rt:
+    samples: dict[str, list[float]] = {case: [] for case in CASES}
+    odd: dict[str, dict[str, int]] = {
+        case: {"not_closed_by_client": 0, "request_count_mismatch": 0} for case in CASES
+    }
+    offset = trio_offset()
+    async with (
+        open_upstream(script) as upstream,
+        llmrt.open_runtime() as rt,
+        _floor.open_session(upstream.base_url, API_KEY) as session,
+    ):
         adapter = OpenAIChatAdapter(
-            base_url=upstream.base_url, api_key_env="K", environ={"K": "sk-bench-0000"}
+            base_url=upstream.base_url, api_key_env="K", environ={"K": API_KEY}
         )
         await rt.register_adapter(["p"], adapter)
-        for _ in range(rounds):
-            left: dict[int, float] = {}
-            first_request = len(upstream.requests)
+        for round_ in range(rounds):
+            shift = round_ % len(CASES)
+            for case in CASES[shift:] + CASES[:shift]:
+                first_request = len(upstream.requests)
+                if case == "floor":
+                    left = await run_floor(session, streams, stagger, offset)
+                else:
+                    left = await run_llmrt(rt, streams, stagger, case)
+                with trio.fail_after(10):
+                    await upstream.wait_all_closed()
+                samples[case] += closes(upstream, first_request, left, odd[case])
+        drift_ms = (trio_offset() - offset) * 1000
+    return samples, {"offset_drift_ms": drift_ms, "anomalies": odd}
 
-            async def one(n: int, left: dict[int, float] = left) -> None:
-                # The prompt carries n, so the upstream's request record finds the
-                # connection this stream used.
-                request = llmrt.GenerateOptions(
-                    provider="p", model="m", messages=(llmrt.user_message(f"go {n}"),)
-                )
-                async with rt.stream(request) as call:
-                    seen = 0
-                    async for _ in call:
-                        seen += 1
-                        if seen == 3 + n % 5 and n not in left:
-                            left[n] = trio.current_time()
-                            if how == "abort":
-                                call.abort()
-                            else:
-                                break  # leaving the async with: the abandonment case
 
-            async with trio.open_nursery() as nursery:
-                for n in range(streams):
-                    nursery.start_soon(one, n)
-            with trio.fail_after(10):
-                await upstream.wait_all_closed()
-            for record in upstream.requests[first_request:]:
-                n = int(record.json["messages"][-1]["content"].rsplit(" ", 1)[-1])
-                closed_at = upstream.connections[record.connection].closed_at
-                assert closed_at is not None
-                latencies.append((closed_at - left[n]) * 1000)
-    return latencies
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("MET" if ok else "MISSED")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    streams, rounds = (20, 1) if args.quick else (20, 5)
-    report: dict[str, object] = {
-        "benchmark": "abandon",
-        "command": "python bench/bench_abandon.py" + (" --quick" if args.quick else ""),
-        "environment": environment(),
-        "streams": streams,
-        "rounds": rounds,
-        "results": {},
-    }
-    rows = []
-    for how in ("leave", "abort"):
-        ms = trio.run(measure, streams, rounds, how)
+    sizes = sized(QUICK if args.quick else FULL)
+    streams, rounds = int(sizes["streams"]), int(sizes["rounds"])
+    command = "python bench/bench_abandon.py" + (" --quick" if args.quick else "")
+    if os.environ.get("LLMRT_BENCH_SIZES"):
+        command = f"LLMRT_BENCH_SIZES='{json.dumps(sizes, separators=(',', ':'))}' {command}"
+    started = time.perf_counter()
+    samples, checks = trio.run(measure, streams, rounds, float(sizes["stagger"]))
+    seconds = time.perf_counter() - started
+
+    results: dict[str, dict[str, Any]] = {}
+    for case in CASES:
+        ms = samples[case]
         stats = percentiles(ms)
-        within = sum(1 for v in ms if v <= TARGET_MS)
-        report["results"][how] = {  # type: ignore[index]
+        results[case] = {
             "samples": len(ms),
             "p50_ms": median(ms),
             **{k + "_ms": v for k, v in stats.items()},
-            "within_1ms": within,
+            "within_1ms": sum(1 for v in ms if v <= TARGET_MS),
+            **checks["anomalies"][case],
         }
+    floor_p99 = results["floor"]["p99_ms"]
+    targets: dict[str, str] = {}
+    for case in ("leave", "abort"):
+        results[case]["p99_over_floor"] = results[case]["p99_ms"] / floor_p99
+        targets[f"{case}_p99<={TARGET_P99_MS}ms"] = verdict(
+            results[case]["p99_ms"] <= TARGET_P99_MS
+        )
+
+    report: dict[str, Any] = {
+        "benchmark": "abandon",
+        "command": command,
+        "environment": environment(),
+        "sizes": sizes,
+        "streams": streams,
+        "rounds": rounds,
+        "cancels_per_case": streams * rounds,
+        "statistic": "median / nearest-rank percentiles",
+        "target_p99_ms": TARGET_P99_MS,
+        "clock_offset_drift_ms": checks["offset_drift_ms"],
+        "seconds": seconds,
+        "results": results,
+        "targets": targets,
+    }
+
+    rows = []
+    for case in CASES:
+        r = results[case]
+        ratio = r.get("p99_over_floor")
         rows.append(
             [
-                how,
-                len(ms),
-                f"{median(ms):.3f}",
-                f"{stats['p99']:.3f}",
-                f"{stats['max']:.3f}",
-                f"{within}/{len(ms)}",
+                case,
+                r["samples"],
+                f"{r['p50_ms']:.3f}",
+                f"{r['p99_ms']:.3f}",
+                f"{r['max_ms']:.3f}",
+                "" if ratio is None else f"{ratio:.2f}x",
+                f"{r['within_1ms']}/{r['samples']}",
             ]
         )
-    print(table(["case", "streams", "p50 ms", "p99 ms", "max ms", "<= 1 ms"], rows))
+    headers = ["case", "cancels", "p50 ms", "p99 ms", "max ms", "p99 / floor", "<= 1 ms"]
+    print(table(headers, rows))
+    for name, value in targets.items():
+        print(f"target {name}: {value}")
+    for case in CASES:
+        odd = {k: v for k, v in checks["anomalies"][case].items() if v}
+        if odd:
+            print(f"warning: {case}: {odd}")
+    print(f"{seconds:.1f} s, clock offset drift {checks['offset_drift_ms']:.4f} ms")
     path = write_json("abandon" + ("-quick" if args.quick else "") + ".json", report)
     print(f"wrote {path}")
     return 0
