@@ -176,3 +176,29 @@ def test_call_as_a_process() -> None:
     assert proc.returncode == 0, err
     assert 'You said: "from a process"' in out
     assert out.rstrip().endswith("finish: stop")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tuning", [True, False])
+def test_serve_sets_up_the_collector_for_its_own_process_unless_told_not_to(tuning: bool) -> None:
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    args = ("serve", "--port", "0") if tuning else ("serve", "--port", "0", "--no-gc-tuning")
+    server = _spawn(*args)
+    try:
+        seen = _read_until(server, "demo")
+        if tuning:
+            # Only now is the banner's last line written: after the collector was set up.
+            seen += _read_until(server, "defaults)\n")
+            assert "start-up objects frozen, first threshold 50,000" in seen
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=30)
+        assert server.returncode == 0
+        assert ("gc:" in seen + out) is tuning
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    # The test process's own collector is untouched (the library never sets it).
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

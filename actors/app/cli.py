@@ -47,6 +47,7 @@ from llmrt.adapters.plugin import ModelSpec
 
 from .._abort import AbortController
 from . import config as configuration
+from ._collector import collector_line, tune_for_serving
 from .plugins import PLUGIN_ERROR
 
 if TYPE_CHECKING:
@@ -93,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = add("serve", "Serve the configured providers over the websocket gateway.")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument(
+        "--no-gc-tuning",
+        dest="gc_tuning",
+        action="store_false",
+        help="keep Python's garbage collector settings (by default a serving process freezes "
+        "what start-up allocated and raises the first threshold: docs/operations.md)",
+    )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: any free port)")
     serve.add_argument(
         "--token-env",
@@ -675,8 +683,12 @@ async def _serve(
     out: TextIO,
     environ: dict[str, str],
     *,
+    serving_process: bool = False,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
+    """``llmrt serve``. ``serving_process``: this process exists to serve (the command line),
+    so the collector is set up for it (`tune_for_serving`); never in an embedding process.
+    """
     from ..gateway import serve_gateway
     from ..gateway._server import _is_loopback
 
@@ -702,6 +714,10 @@ async def _serve(
             out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
         )
         task_status.started(server)
+        if args.gc_tuning and serving_process:
+            tune_for_serving()
+            out.write(f"{collector_line()}\n")
+            out.flush()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 out.write("shutting down\n")
@@ -943,7 +959,9 @@ def main(
             if args.command == "call":
                 return trio.run(_call, args, config, out, env)
             if args.command == "serve":
-                return trio.run(_serve, args, config, out, env)
+                return trio.run(
+                    functools.partial(_serve, serving_process=True), args, config, out, env
+                )
             if args.command == "providers":
                 return trio.run(_providers, args, config, out, env)
             if args.command == "stats":

@@ -26,6 +26,7 @@ from .._workers import READY_LINE, WorkerSpec
 from ..gateway import serve_gateway
 from ..gateway._metrics import Figures
 from . import config as configuration
+from ._collector import tune_for_serving
 from .cli import _configured_runtime, parse_args, serve_middleware, serve_options, stop_gateway
 
 __all__ = ["run_worker", "worker_main"]
@@ -83,6 +84,8 @@ async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
 
         nursery.start_soon(publish)
         nursery.start_soon(_watch_stdin, stop)
+        if args.gc_tuning:
+            tune_for_serving()  # a worker process exists to serve: see _collector
         os.write(1, READY_LINE)
         await stop.wait()
         await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
