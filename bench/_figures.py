@@ -22,6 +22,7 @@ LABELS = {
     "httpx": "raw httpx (trio)",
     "openai": "openai SDK (asyncio)",
     "litellm": "LiteLLM (asyncio)",
+    "llmrt-served": "llmrt (served)",
 }
 
 #: One colour per client in every plot.

@@ -372,3 +372,21 @@ PEERS["llmrt-trio-transport"] = Peer(
 PEERS["llmrt-httpcore"] = Peer(
     "llmrt-httpcore", "trio", ("httpx",), _llmrt_with_transport("httpcore"), _llmrt_stream
 )
+
+
+# ---- llmrt as `llmrt serve` runs it --------------------------------------------------------
+# ``llmrt-served``: the ``llmrt`` contender with the collector set up the way a serving
+# process sets it up once start-up is done (`llmrt.actors.app._collector`), so the scale
+# section shows what that buys beside Python's defaults.
+
+
+@asynccontextmanager
+async def _llmrt_served_open(base_url: str) -> AsyncIterator[Any]:
+    from llmrt.actors.app._collector import tune_for_serving
+
+    async with _llmrt_open(base_url) as rt:
+        tune_for_serving()
+        yield rt
+
+
+PEERS["llmrt-served"] = Peer("llmrt-served", "trio", (), _llmrt_served_open, _llmrt_stream)

@@ -219,6 +219,20 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
                 ["client", "closes", "p50 ms", "p99 ms", "max ms", "never closed"], rows
             )
             lines.append("")
+    lines += _scale_table(reports.get("scale"))
+    abandon = reports.get("abandon")
+    if abandon is not None and abandon.get("results"):
+        rows = []
+        for case in ("leave", "abort", "floor"):
+            r = abandon["results"].get(case)
+            if r:
+                rows.append(
+                    [case, r.get("samples"), r.get("p50_ms"), r.get("p99_ms"), r.get("max_ms"),
+                     r.get("p99_over_floor")]
+                )  # fmt: skip
+        lines += ["### Cancel -> upstream saw the close, in one trio run (`abandon`)", ""]
+        lines += _table(["case", "cancels", "p50 ms", "p99 ms", "max ms", "p99 / floor"], rows)
+        lines.append("")
     runtime = reports.get("runtime")
     if runtime is not None:
         rows = [
@@ -240,6 +254,49 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
             lines += ["### Gateway chunks per second", ""]
             lines += _table(["clients", "calls", "chunks/s"], rows)
             lines.append("")
+    return lines
+
+
+def _scale_table(report: dict[str, Any] | None) -> list[str]:
+    """The ``scale`` suite: each client at each size beside the raw-trio floor of the same run."""
+    section = (report or {}).get("scale")
+    if not section:
+        return []
+    results = section.get("results", {})
+    rows = []
+    for n in section.get("streams", []):
+        floor_wall = results.get("floor", {}).get(str(n), {}).get("wall_s")
+        for client, by_size in results.items():
+            r = by_size.get(str(n), {})
+            wall = r.get("wall_s")
+            rows.append(
+                [
+                    f"{_figures.LABELS.get(client, client)} x{n:,}",
+                    wall,
+                    wall / floor_wall if wall is not None and floor_wall else None,
+                    r.get("cpu_us_per_chunk"),
+                    r.get("rss_kib_per_stream"),
+                    r.get("tracked_objects_per_stream"),
+                    r.get("net_tracked_allocations_per_chunk"),
+                    r.get("young_collections"),
+                    r.get("full_collections"),
+                    r.get("gc_ms"),
+                ]
+            )
+    lines = ["### Streams at scale beside the raw-trio floor (`scale`, same run)", ""]
+    lines.append(
+        f"{section.get('chunks')} chunks per stream, {section.get('delay_s', 0) * 1e3:g} ms "
+        f"apart; medians of {section.get('runs')} interleaved runs. `llmrt (served)` is llmrt "
+        "with the collector set up as `llmrt serve` sets it up; the others run on Python's "
+        "default collector settings."
+    )
+    lines.append("")
+    lines += _table(
+        ["client", "wall s", "x floor", "CPU µs/chunk", "RSS KiB/stream", "tracked objects/stream",
+         "net tracked allocs/chunk", "gen-0 GCs", "gen-2 GCs", "GC ms"],
+        rows,
+    )  # fmt: skip
+    lines.append("")
     return lines
 
 

@@ -112,8 +112,8 @@ SUITES: tuple[Suite, ...] = (
         "http",
         "bench_http.py",
         "the HTTP path end to end beside the raw-trio floor, httpx, the openai SDK, LiteLLM",
-        (),
-        ("--quick",),
+        ("--skip", "scale"),
+        ("--quick", "--skip", "scale"),
         "http.json",
         "http-quick.json",
         quick_sizes={
@@ -126,6 +126,17 @@ SUITES: tuple[Suite, ...] = (
             "abandon_streams": 10,
             "abandon_window": 1.0,
         },
+        check=check_streams,
+    ),
+    Suite(
+        "scale",
+        "bench_http.py",
+        "5,000 and 10,000 HTTP streams beside the raw-trio floor: wall, RSS, collector",
+        ("--only", "scale"),
+        ("--quick", "--only", "scale"),
+        "http-scale.json",
+        "http-scale-quick.json",
+        quick_sizes={"scale_streams": [200], "scale_runs": 1, "scale_deadline": 30.0},
         check=check_streams,
     ),
     Suite(
@@ -165,7 +176,6 @@ SUITES: tuple[Suite, ...] = (
         "scaleout.json",
         "scaleout-quick.json",
         quick_sizes={"long_chunks": 5_000, "short_calls": 100, "short_chunks": 50, "runs": 2},
-        aliases=("scale",),
     ),
     Suite(
         "hostile",

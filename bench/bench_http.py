@@ -43,6 +43,23 @@ contender's workload runs in a fresh worker process too, so the client's CPU
    upstream saw the connection close (its `ConnectionRecord.closed_at`, a
    `trio.current_time()` converted to ``time.monotonic()``: on Linux both are
    CLOCK_MONOTONIC, which is system-wide, so the two processes share it).
+6. ``scale``: 5,000 and 10,000 concurrent streams of 100 chunks 10 ms apart,
+   llmrt beside the raw-trio floor (and ``llmrt-served``: llmrt with the
+   collector set up as ``llmrt serve`` sets it up), 3 runs each, interleaved,
+   with Python's default collector settings. The upstream here is
+   ``_upstream.py`` (pre-framed events written from one pacing task), which
+   spends about 15 µs per event against the client's 15-20, so the client's
+   speed sets the wall time; ``llmrt.testing``'s server would cost as much
+   as the client it serves. Reported per client: wall (and its ratio to the
+   floor's median), CPU per chunk, peak RSS and its growth per stream,
+   GC-tracked objects per in-flight stream (``gc.get_objects()`` once half
+   the chunks arrived, over the streams then in flight), net tracked
+   allocations per chunk (young collections x the first threshold, over
+   the chunks: what drives the collector), collections and time collecting.
+   ``python -m bench`` runs this section as its own suite, ``scale``.
+
+``--only SECTION`` runs one section (JSON ``http-SECTION.json``); ``--skip
+SECTION`` (repeatable) leaves sections out of a full run.
 """
 
 from __future__ import annotations
@@ -861,7 +878,9 @@ def section_scale(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         "run(s) each, Python's default GC settings ==",
         flush=True,
     )
-    peers = available(["llmrt", "floor"], notes)
+    # ``llmrt-served``: llmrt with the collector set up as ``llmrt serve`` sets it up for
+    # its own process: what that buys, beside the library on Python's defaults.
+    peers = available(["llmrt", "floor", "llmrt-served"], notes)
     results: dict[str, dict[str, Any]] = {name: {} for name in peers}
     rows = []
     for n in sizes:
@@ -1162,6 +1181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer chunks and streams")
     parser.add_argument("--only", choices=SECTIONS, help="run one section")
+    parser.add_argument(
+        "--skip", choices=SECTIONS, action="append", default=[], help="leave a section out"
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1186,7 +1208,8 @@ def main() -> None:
     report: dict[str, Any] = {"environment": env, "quick": args.quick, "config": cfg}
     started = time.perf_counter()
     for name in [args.only] if args.only else SECTIONS:
-        report[name] = RUNNERS[name](cfg, notes)
+        if name not in args.skip:
+            report[name] = RUNNERS[name](cfg, notes)
     report["notes"] = notes
     report["elapsed_s"] = time.perf_counter() - started
     if args.only:

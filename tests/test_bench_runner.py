@@ -63,7 +63,7 @@ def _literal(script: str, name: str) -> dict[str, Any]:
 def test_smoke_sizes_name_only_sizes_the_script_knows() -> None:
     # An unknown key would stop the script (see _common.sized); catch the drift here.
     sized = [s for s in _suites.SUITES if s.quick_sizes is not None]
-    assert {s.name for s in sized} >= {"runtime", "http", "soak", "scaleout"}
+    assert {s.name for s in sized} >= {"runtime", "http", "soak", "scaleout", "scale"}
     for suite in sized:
         assert suite.quick_sizes is not None
         assert set(suite.quick_sizes) <= set(_literal(suite.script, "QUICK")), suite.name
@@ -71,7 +71,7 @@ def test_smoke_sizes_name_only_sizes_the_script_knows() -> None:
 
 def test_select_keeps_registry_order_and_resolves_aliases() -> None:
     assert [s.name for s in _suites.select([])] == [s.name for s in _suites.SUITES]
-    chosen = _suites.select(["scale", "vocabulary", "vocab"])
+    chosen = _suites.select(["scaleout", "vocabulary", "vocab"])
     assert [s.name for s in chosen] == ["vocab", "scaleout"]
     with pytest.raises(ValueError, match="unknown suite nope"):
         _suites.select(["http", "nope"])
@@ -98,7 +98,10 @@ def test_smoke_run_passes_sizes_and_results_dir(tmp_path: Path) -> None:
     assert env["LLMRT_BENCH_RESULTS"] == str(tmp_path)
     assert json.loads(env["LLMRT_BENCH_SIZES"]) == http.quick_sizes
     assert "LLMRT_BENCH_SIZES" not in http.env(False, tmp_path)
-    assert http.argv(True, tmp_path)[1:] == ["--quick"]
+    assert http.argv(True, tmp_path)[1:] == ["--quick", "--skip", "scale"]
+    scale = _suites.BY_NAME["scale"]
+    assert scale.argv(False, tmp_path)[1:] == ["--only", "scale"]
+    assert scale.json_name(False) == "http-scale.json"
     vocab = _suites.BY_NAME["vocab"].argv(True, tmp_path)
     assert vocab[-1] == f"{tmp_path}/vocab-quick.json"
 
