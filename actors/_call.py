@@ -347,10 +347,11 @@ class Call:
         if not self._entered:
             return  # never started: no task to wait for
         if not self._task_done:
-            # Cancel first: a producer parked inside the scope gets Cancelled; then
-            # leave(), which wakes one parked outside it (delivering its finish).
-            self._scope.cancel()
+            # The adapter's closers first: the provider sees the close before any
+            # bookkeeping. Then cancel: a producer parked inside the scope gets
+            # Cancelled; then leave(), which wakes one parked outside it.
             self._run_closers()
+            self._scope.cancel()
             self._box.leave()
             with trio.CancelScope(shield=True):
                 if not self._task_done:
@@ -447,8 +448,8 @@ class Call:
         """Make ``cause`` the call's terminal item, unless one was chosen; True if it was."""
         if self._cause is None and not self._task_done:
             self._cause = cause
+            self._run_closers()  # first: cancelling the scope reschedules the task, which costs
             self._scope.cancel()
-            self._run_closers()
             return True
         return False
 
