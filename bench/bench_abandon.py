@@ -89,8 +89,38 @@ def trio_offset() -> float:
     return now - (before + after) / 2
 
 
-async def run_llmrt(rt: Any, streams: int, stagger: float, how: str) -> dict[int, float]:
-    """One round of llmrt streams; returns trio's clock when each stream left."""
+#: trio time of every client socket close (`_Connection.close`), in order: see `watch_closes`.
+CLOSED_AT: list[float] = []
+
+
+def watch_closes() -> None:
+    """Note when llmrt's transport closes a socket, to split the latency in two.
+
+    The stop -> upstream figure is llmrt's part (the stop until its own
+    ``close()`` of the socket) plus the upstream's (until its task runs and
+    reads the EOF). Leaving or aborting runs the adapter's closer before any
+    checkpoint, so the first close noted after a stream left is its own.
+    """
+    from llmrt.adapters import _transport
+
+    original = _transport._Connection.close
+
+    def close(self: Any) -> None:
+        if not self.closed:
+            CLOSED_AT.append(trio.current_time())
+        original(self)
+
+    _transport._Connection.close = close  # type: ignore[method-assign]
+
+
+async def run_llmrt(
+    rt: Any, streams: int, stagger: float, how: str, own_close: list[float]
+) -> dict[int, float]:
+    """One round of llmrt streams; returns trio's clock when each stream left.
+
+    Appends to ``own_close`` each stream's microseconds from leaving to its own
+    socket close.
+    """
     left: dict[int, float] = {}
 
     async def one(n: int) -> None:
@@ -98,6 +128,7 @@ async def run_llmrt(rt: Any, streams: int, stagger: float, how: str) -> dict[int
             provider="p", model="m", messages=(llmrt.user_message(prompt(n)),)
         )
         k = leave_after(n)
+        mark = -1
         async with rt.stream(request) as call:
             seen = 0
             async for chunk in call:
@@ -106,10 +137,13 @@ async def run_llmrt(rt: Any, streams: int, stagger: float, how: str) -> dict[int
                 seen += 1
                 if seen == k and n not in left:
                     left[n] = trio.current_time()
+                    mark = len(CLOSED_AT)
                     if how == "abort":
                         call.abort()
                     else:
                         break  # leaving the async with: the abandonment case
+        if 0 <= mark < len(CLOSED_AT):
+            own_close.append((CLOSED_AT[mark] - left[n]) * 1e6)
 
     async with trio.open_nursery() as nursery:
         for n in range(streams):
@@ -175,6 +209,8 @@ async def measure(
         case: {"not_closed_by_client": 0, "request_count_mismatch": 0} for case in CASES
     }
     offset = trio_offset()
+    own_close: dict[str, list[float]] = {"leave": [], "abort": []}
+    watch_closes()
     async with (
         open_upstream(script) as upstream,
         llmrt.open_runtime() as rt,
@@ -191,12 +227,12 @@ async def measure(
                 if case == "floor":
                     left = await run_floor(session, streams, stagger, offset)
                 else:
-                    left = await run_llmrt(rt, streams, stagger, case)
+                    left = await run_llmrt(rt, streams, stagger, case, own_close[case])
                 with trio.fail_after(10):
                     await upstream.wait_all_closed()
                 samples[case] += closes(upstream, first_request, left, odd[case])
         drift_ms = (trio_offset() - offset) * 1000
-    return samples, {"offset_drift_ms": drift_ms, "anomalies": odd}
+    return samples, {"offset_drift_ms": drift_ms, "anomalies": odd, "own_close_us": own_close}
 
 
 def verdict(ok: bool | None) -> str:
@@ -231,6 +267,13 @@ def main() -> int:
     targets: dict[str, str] = {}
     for case in ("leave", "abort"):
         results[case]["p99_over_floor"] = results[case]["p99_ms"] / floor_p99
+        own = checks["own_close_us"][case]
+        if own:
+            results[case]["stop_to_own_close_us"] = {
+                "samples": len(own),
+                "p50": median(own),
+                **percentiles(own),
+            }
         targets[f"{case}_p99<={TARGET_P99_MS}ms"] = verdict(
             results[case]["p99_ms"] <= TARGET_P99_MS
         )
@@ -268,6 +311,13 @@ def main() -> int:
         )
     headers = ["case", "cancels", "p50 ms", "p99 ms", "max ms", "p99 / floor", "<= 1 ms"]
     print(table(headers, rows))
+    for case in ("leave", "abort"):
+        own = results[case].get("stop_to_own_close_us")
+        if own:
+            print(
+                f"{case}: leaving -> llmrt's own close() of the socket: p50 {own['p50']:.1f} µs, "
+                f"p99 {own['p99']:.1f} µs ({own['samples']} closes); the rest is the upstream's"
+            )
     for name, value in targets.items():
         print(f"target {name}: {value}")
     for case in CASES:

@@ -336,3 +336,17 @@ async def test_floor_client_refuses_an_error_status() -> None:
             async with _floor.open_session(upstream.base_url, "sk-test") as session:
                 with pytest.raises(_floor.FloorProtocolError, match="503"):
                     await _floor.stream(session, b"{}", None, [0])
+
+
+def test_a_peer_that_fails_streams_is_a_figure_not_a_broken_workload() -> None:
+    report = {
+        "scaling": {
+            "results": {
+                "openai": {"5000": {"errors": 99, "first_error": "PoolTimeout"}},
+                "llmrt": {"5000": {"errors": 0, "finished": True, "chunks_ok": True}},
+            }
+        }
+    }
+    assert _suites.check_streams(report) == []
+    report["scaling"]["results"]["llmrt"]["5000"]["errors"] = 1
+    assert _suites.check_streams(report) == ["scaling.results.llmrt.5000: 1 streams failed (None)"]
