@@ -57,7 +57,7 @@ from llmrt._errors import ErrorCode, LlmError, LlmFailure, failure_of
 from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
-from llmrt._stop_hooks import set_registrar
+from llmrt._stop_hooks import enter_call, exit_call
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
@@ -497,7 +497,7 @@ class Call:
                 saw_block = False
                 started = first = self._watch_last = clock.current_time()
                 self._watch()
-                set_registrar(self._close_on_stop)  # this task's own context
+                enter_call(trio.lowlevel.current_task(), self)  # for llmrt.close_on_stop
                 with self._scope:
                     try:
                         opened = await self._dispatch()
@@ -545,6 +545,7 @@ class Call:
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell
         finally:
+            exit_call(trio.lowlevel.current_task())
             self._ended_task(series, delivered, middleware_failed)
 
     async def _close(self, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:

@@ -138,3 +138,22 @@ async def test_an_aborted_http_stream_is_closed_before_the_call_task_runs() -> N
             await upstream.wait_all_closed()
         assert upstream.connections[0].closed_by == "client"
         await adapter.aclose()
+
+
+async def test_no_call_is_left_registered_once_calls_end() -> None:
+    from llmrt._stop_hooks import _CALLS
+
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], Holding(finish=True))
+        async with rt.stream(_options()) as call:
+            chunks = [chunk async for chunk in call]
+        assert type(chunks[-1]) is Finish
+        await rt.register_adapter(["q"], Holding())
+        async with rt.stream(
+            GenerateOptions(provider="q", model="m", messages=(user_message("hi"),))
+        ) as call:
+            async for chunk in call:
+                if type(chunk) is TextDelta:
+                    assert len(_CALLS) == 1  # the stalled call's task, while it runs
+                    call.abort()
+    assert _CALLS == {}
