@@ -147,15 +147,23 @@ async def test_workers_share_the_port_and_a_killed_worker_is_replaced(tmp_path: 
                 assert isinstance(fresh.finish.reason, FinishStop)
 
             # The sum over workers keeps the dead worker's counts.
+            last: dict[str, float | None] = {}
+
             async def summed() -> bool:
                 text = await scrape(port)
-                return (
-                    metric(text, "llmrt_calls_started_total", provider="slow") == 12
-                    and metric(text, "llmrt_calls_started_total", provider="demo") == 6
-                    and metric(text, "llmrt_gateway_workers") == 3
+                last.update(
+                    slow=metric(text, "llmrt_calls_started_total", provider="slow"),
+                    demo=metric(text, "llmrt_calls_started_total", provider="demo"),
+                    workers=metric(text, "llmrt_gateway_workers"),
                 )
+                return last == {"slow": 12, "demo": 6, "workers": 3}
 
-            await poll(summed, within=15)
+            try:
+                await poll(summed, within=15)
+            except trio.TooSlowError:
+                # Say what the sum showed last: a flake here must be diagnosable from CI.
+                message = f"the summed /metrics never matched; last seen {last}"
+                raise AssertionError(message) from None
             nursery.cancel_scope.cancel()
 
 
