@@ -48,7 +48,8 @@ class _Event(msgspec.Struct):
     choices: list[_Choice]
 
 
-_decode_event = msgspec.json.Decoder(_Event).decode
+#: One ``data:`` payload of a chat-completion chunk, decoded (also the httpx peers').
+decode_event = msgspec.json.Decoder(_Event).decode
 
 
 class Session(msgspec.Struct, frozen=True):
@@ -174,7 +175,7 @@ async def stream(
                 payload = event[6:]
                 if payload == b"[DONE]":
                     return count, None
-                for choice in _decode_event(payload).choices:
+                for choice in decode_event(payload).choices:
                     if choice.delta.content:
                         count += 1
                         received[0] += 1

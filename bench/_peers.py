@@ -122,19 +122,8 @@ async def _llmrt_stream(rt: Any, marker: str, leave_after: int | None) -> tuple[
 # ---- bare httpx under trio --------------------------------------------------------------------
 
 
-class _Delta(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta
-
-
-class _Event(msgspec.Struct):
-    choices: list[_Choice]
-
-
-_decode_event = msgspec.json.Decoder(_Event).decode
+#: The floor's decoder of one ``data:`` payload: the same msgspec decode for both.
+_decode_event = _floor.decode_event
 
 
 @asynccontextmanager
