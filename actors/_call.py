@@ -70,6 +70,7 @@ from ._prepare import (
 )
 from ._registration import Registration
 from ._stats import CallSeries
+from ._stopper import Stopper
 from ._topology import Route
 from ._watchdog import Entry, Watchdog
 
@@ -159,6 +160,8 @@ class CallHost(Protocol):
     image_attachments: ImageAttachments | None
     #: The idle watchdog of every call of this runtime.
     watchdog: Watchdog
+    #: Cancels stopped calls' work, in waves when thousands stop at once.
+    stopper: Stopper
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -336,6 +339,8 @@ class Call:
         self._box.put_nowait(self._lost())
         self._box.close()
         self._task_done = True
+        if self._cause is not None:
+            self._core.stopper.ended()
         self._core.call_ended(self, series, None, False, None)
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -410,6 +415,10 @@ class Call:
         """Abort the call: its consumer receives one ``aborted`` finish (code ``ABORTED``).
 
         Synchronous, idempotent, and a no-op once the call has ended or timed out.
+        On return the abort is the call's cause and the adapter's
+        ``close_on_stop`` callbacks have run; cancelling the call task's work
+        may wait a few scheduler passes when many calls stop at once (see
+        `_stopper.py`).
         """
         if self._stop(_aborted(None if reason is None else str(reason))):  # hashable for the cache
             self._aborted_at = trio.current_time()
@@ -449,7 +458,7 @@ class Call:
         if self._cause is None and not self._task_done:
             self._cause = cause
             self._run_closers()  # first: cancelling the scope reschedules the task, which costs
-            self._scope.cancel()
+            self._core.stopper.stop(self._scope)  # at once, or in a wave (see _stopper.py)
             return True
         return False
 
@@ -568,6 +577,8 @@ class Call:
         self._box.close()
         self._task_done = True
         core = self._core
+        if self._cause is not None:
+            core.stopper.ended()
         if self._watch_entry is not None:
             core.watchdog.forget(self._watch_entry)
             self._watch_entry = None

@@ -56,6 +56,7 @@ from ._retry import (
     check_retry_after_cap,
 )
 from ._stats import CallSeries, ConnectionPool, RuntimeStatistics, StatsCounters
+from ._stopper import Stopper
 from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
 
@@ -112,6 +113,8 @@ class RuntimeCore:
     #: The host's image store: durable image attachments are read through it.
     image_attachments: ImageAttachments | None = None
     middlewares: tuple[Middleware, ...] = ()
+    #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
+    stopper: Stopper = attrs.field(factory=Stopper)
     calls: set[Call] = attrs.field(factory=set)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
