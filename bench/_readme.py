@@ -233,6 +233,22 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
         lines += ["### Cancel -> upstream saw the close, in one trio run (`abandon`)", ""]
         lines += _table(["case", "cancels", "p50 ms", "p99 ms", "max ms", "p99 / floor"], rows)
         lines.append("")
+        parts = []
+        for case in ("leave", "abort"):
+            own = (abandon["results"].get(case) or {}).get("stop_to_own_close_us")
+            if own:
+                parts.append(
+                    f"{case}: the stop until llmrt's own `close()` of the socket, "
+                    f"p50 {_fmt(own.get('p50'))} µs, p99 {_fmt(own.get('p99'))} µs"
+                )
+        step = abandon.get("call_last_step_us")
+        if step:
+            parts.append(
+                f"a call task's last step (its unwinding, in the upstream's wake-up batch), "
+                f"p50 {_fmt(step.get('p50'))} µs, p99 {_fmt(step.get('p99'))} µs"
+            )
+        if parts:
+            lines += ["Where the time goes: " + "; ".join(parts) + ".", ""]
     runtime = reports.get("runtime")
     if runtime is not None:
         rows = [
