@@ -275,6 +275,8 @@ class Call:
     _aborted_at: float | None = attrs.field(default=None, init=False)
     #: What the adapter asked to close the moment the call stops (`llmrt.close_on_stop`).
     _closers: list[Callable[[], None]] | None = attrs.field(default=None, init=False)
+    #: True once the runtime's `Stopper` counts this call's stop (its task ending counts it out).
+    _stop_counted: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
@@ -339,7 +341,7 @@ class Call:
         self._box.put_nowait(self._lost())
         self._box.close()
         self._task_done = True
-        if self._cause is not None:
+        if self._stop_counted:
             self._core.stopper.ended()
         self._core.call_ended(self, series, None, False, None)
 
@@ -458,7 +460,11 @@ class Call:
         if self._cause is None and not self._task_done:
             self._cause = cause
             self._run_closers()  # first: cancelling the scope reschedules the task, which costs
-            self._core.stopper.stop(self._scope)  # at once, or in a wave (see _stopper.py)
+            if self._entered:
+                self._stop_counted = True
+                self._core.stopper.stop(self._scope)  # at once, or in a wave (see _stopper.py)
+            else:
+                self._scope.cancel()  # no task yet, nothing parked: its end would never count out
             return True
         return False
 
@@ -577,7 +583,7 @@ class Call:
         self._box.close()
         self._task_done = True
         core = self._core
-        if self._cause is not None:
+        if self._stop_counted:
             core.stopper.ended()
         if self._watch_entry is not None:
             core.watchdog.forget(self._watch_entry)

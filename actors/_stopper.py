@@ -2,10 +2,10 @@
 
 Cancelling a trio cancel scope whose task is parked builds, at once, what
 the task will raise when it next runs: a `trio.Cancelled` with its
-traceback and frames, and the outcome that carries it (about 18 objects the
+traceback and frames, and the outcome that carries it (about 20 objects the
 cyclic collector tracks). They live until the task runs. An abort signal
 shared by 10,000 calls cancels 10,000 scopes in one synchronous loop:
-about 200,000 young objects before a single task runs, which is some 280
+about 200,000 young objects before a single task runs, which is some 250
 young collections, two dozen middle ones and two full ones that scan every
 live call. On the benchmark's 10,000 streaming demo calls that was 40% of
 the whole abort (bench/bench_runtime.py, section 3).

@@ -211,3 +211,21 @@ async def test_stops_when_no_task_can_be_spawned_are_all_cancelled_at_once(
     assert stopper.queued == 0
     assert stopper.running == WAVE + 3
     await trio.lowlevel.checkpoint()
+
+
+async def test_aborting_a_call_never_entered_leaves_the_count_alone(
+    runtime: llmrt.LlmRuntime,
+) -> None:
+    """A call aborted before ``async with`` has no task whose end would count it out."""
+    await runtime.register_adapter(["p"], ScriptedAdapter(STALL_AFTER_ONE))
+    stopper = stopper_of(runtime)
+    never = runtime.stream(make_options())
+    never.abort("not wanted")
+    assert stopper.running == 0
+    with trio.fail_after(10):
+        async with runtime.stream(make_options()) as call:
+            call.abort("entered first")
+            assert stopper.running == 1
+            chunks = [c async for c in call]
+    assert stopper.running == 0
+    assert chunks[-1].reason.failure.message == "entered first"  # type: ignore[union-attr]
