@@ -37,9 +37,11 @@ from llmrt._request import (
     ResolvedModelInfo,
 )
 from llmrt._retry import AlwaysRetryPolicy, NormalRetryPolicy, ResolvedRetryPolicy
+from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._misuse import require_trio
 from ._prepare import (
     config_of,
     resolve_config,
@@ -124,6 +126,9 @@ class RuntimeCore:
     @property
     def routes(self) -> Mapping[str, Route]:
         return self.registry.topology.routes
+
+    def no_adapter_message(self, provider: str) -> str:
+        return self.registry.topology.no_adapter_message(provider)
 
     def call_started(self, call: Call) -> CallSeries:
         """Count ``call`` in; returns the series it counts into."""
@@ -376,9 +381,7 @@ class LlmRuntime:
     def _route(self, provider: str) -> Route:
         route = self._core.registry.topology.routes.get(provider)
         if route is None:
-            raise LlmError(
-                ErrorCode.NO_ADAPTER, f"no adapter is registered for provider {provider!r}"
-            )
+            raise LlmError(ErrorCode.NO_ADAPTER, self._core.no_adapter_message(provider))
         return route
 
     def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy:
@@ -527,14 +530,22 @@ class LlmRuntime:
     async def resolve_call_config(self, config: LlmCallConfig) -> LlmCallConfig:
         """Validate ``config`` against its exact model and materialize the adapter's defaults.
 
-        Raises ``NO_ADAPTER``, ``INVALID_MODEL_INFO``, ``UNSUPPORTED_REASONING_EFFORT``.
+        Raises ``INVALID_REQUEST`` (a config that breaks `LlmCallConfig`'s
+        constraints, before any I/O), ``NO_ADAPTER``, ``INVALID_MODEL_INFO``,
+        ``UNSUPPORTED_REASONING_EFFORT``.
         """
+        _check_config(config)
         info = await self.resolve_model_info(config.provider, config.model)
         resolved, _ = resolve_config(config, info)
         return resolved
 
     async def prepare_call(self, config: LlmCallConfig) -> PreparedCall:
-        """Resolve ``config`` under the current registration and bind a one-shot call to it."""
+        """Resolve ``config`` under the current registration and bind a one-shot call to it.
+
+        Raises as `resolve_call_config` does; an invalid config is refused
+        (``INVALID_REQUEST``) before the route is looked up.
+        """
+        _check_config(config)
         route = self._route(config.provider)
         info = await validated_model_info(route.registration.adapter, config.provider, config.model)
         resolved, defaults = resolve_config(config, info)
@@ -547,6 +558,15 @@ class LlmRuntime:
             route=route,
             input_modalities=info.input_modalities,
         )
+
+
+def _check_config(config: LlmCallConfig) -> None:
+    """Refuse a config the decoder would refuse (`llmrt._validate`): ``INVALID_REQUEST``."""
+    if not isinstance(config, LlmCallConfig):
+        raise TypeError(f"config must be LlmCallConfig, not {type(config).__name__}")
+    invalid = invalid_reason(config)
+    if invalid is not None:
+        raise LlmError(ErrorCode.INVALID_REQUEST, invalid)
 
 
 def retry_policy_of(call: Call) -> ResolvedRetryPolicy | None:
@@ -578,6 +598,7 @@ async def open_runtime(
     attachments become request versions (see docs/images.md); without one, a
     request with a durable image ends with ``INVALID_REQUEST``.
     """
+    require_trio("llmrt.open_runtime()")
     idle = _check_timeout("stream_idle_timeout", stream_idle_timeout)
     if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
         raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout!r}")
