@@ -19,6 +19,7 @@ from llmrt._attachment import (
     resolve_image_attachment_access,
 )
 from llmrt._chunks import Finish, FinishAborted, FinishError
+from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._content import ImageBlock
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import raise_sole, revalidated
@@ -266,6 +267,17 @@ class PreparedCall:
         target = PreparedTarget(self._route, self.config, self.input_modalities)
         return self._runtime._stream(options, signal, target)
 
+    async def complete(
+        self, options: GenerateOptions, *, signal: AbortSignal | None = None
+    ) -> Completion:
+        """`LlmRuntime.complete` through the registration captured at preparation.
+
+        Raises as `stream` does (``INVALID_PREPARED_CALL``), then as
+        `LlmRuntime.complete` does.
+        """
+        async with self.stream(options, signal=signal) as call:
+            return await complete_chunks(call, options.provider, options.model)
+
 
 @attrs.define(eq=False)
 class LlmRuntime:
@@ -337,6 +349,46 @@ class LlmRuntime:
 
     def _start_attempt(self, options: GenerateOptions, signal: AbortSignal | None) -> Call:
         return self._stream(options, signal, None)
+
+    async def complete(
+        self, options: GenerateOptions, *, signal: AbortSignal | None = None
+    ) -> Completion:
+        """One call, not streamed: the assembled answer, usage and finish.
+
+        ``await rt.complete(request)`` is ``rt.stream(request)`` folded through
+        a `BlockAssembler`, on the same call path (middleware, the idle
+        watchdog, ``signal``). Raises `LlmError` with the failure when the call
+        ends ``error`` or ``aborted``; middleware exceptions propagate. A
+        checkpoint; cancelling the caller stops the call and closes the upstream.
+        """
+        async with self.stream(options, signal=signal) as call:
+            return await complete_chunks(call, options.provider, options.model)
+
+    async def complete_with_retry(
+        self,
+        options: GenerateOptions,
+        *,
+        policy: ResolvedRetryPolicy | None = None,
+        signal: AbortSignal | None = None,
+        retry_after_output: bool = True,
+        max_retry_after_ms: float = DEFAULT_MAX_RETRY_AFTER_MS,
+        rng: random.Random | None = None,
+    ) -> Completion:
+        """`complete` over the attempts `stream_with_retry` makes (the same arguments).
+
+        The answer is the last attempt's; ``Completion.attempts`` says how many
+        there were. Raises `LlmError` with the final failure.
+        """
+        retried = self.stream_with_retry(
+            options,
+            policy=policy,
+            signal=signal,
+            retry_after_output=retry_after_output,
+            max_retry_after_ms=max_retry_after_ms,
+            rng=rng,
+        )
+        async with retried as call:
+            return await complete_events(call, options.provider, options.model)
 
     def use(self, middleware: Middleware) -> None:
         """Add a middleware around every call started from now on (outermost last).
