@@ -291,9 +291,11 @@ class LlmRuntime:
         """Stream one call: ``async with rt.stream(options) as call: async for chunk in call``.
 
         Every call ends with exactly one terminal `Finish`. Adapter, lookup and
-        config failures arrive as an ``error`` finish; abort (``call.abort()``
-        or ``signal``) as an ``aborted`` finish. Middleware exceptions are raised
-        from the iteration.
+        config failures arrive as an ``error`` finish, and so does a request
+        that breaks its Struct's constraints (``INVALID_REQUEST``, before any
+        I/O, as the gateway refuses it); abort (``call.abort()`` or ``signal``)
+        as an ``aborted`` finish. Middleware exceptions are raised from the
+        iteration. Iterating without ``async with`` raises `CallNotEnteredError`.
 
         Not every step of the iteration is a checkpoint: a chunk that is
         already buffered is returned without yielding to the scheduler (there

@@ -95,7 +95,7 @@ _field_values: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.fixed_dictionaries({}, optional=_field_values))
 def test_in_process_and_the_decoder_agree_on_every_top_level_field(fields: dict[str, Any]) -> None:
     fields.setdefault("provider", "p")
