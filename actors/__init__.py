@@ -5,6 +5,8 @@ from ._abort import AbortSignal as AbortSignal
 from ._call import Call as Call
 from ._call import Middleware as Middleware
 from ._call import Next as Next
+from ._misuse import CallNotEnteredError as CallNotEnteredError
+from ._misuse import NotInTrioError as NotInTrioError
 from ._registry import DirectoryHandle as DirectoryHandle
 from ._registry import DiscoveryHandle as DiscoveryHandle
 from ._registry import RegistrationHandle as RegistrationHandle
@@ -21,6 +23,7 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "Call",
+    "CallNotEnteredError",
     "ConnectionPool",
     "DirectoryHandle",
     "DiscoveryHandle",
@@ -28,6 +31,7 @@ __all__ = [
     "LlmRuntime",
     "Middleware",
     "Next",
+    "NotInTrioError",
     "PreparedCall",
     "ProviderStatistics",
     "RegistrationHandle",

@@ -17,9 +17,10 @@ Guarantees (each a test):
   delivered after the adapter's iterator is closed;
 * the idle watchdog counts only while the call waits on its adapter, and ends
   the call with ``error``/``TIMEOUT``; the first cause (abort or timeout) wins;
-* adapter failures (raised or in-band), ``NO_ADAPTER`` and config errors end
-  the call with one ``error`` finish; middleware failures are re-raised in
-  the consumer;
+* adapter failures (raised or in-band), ``NO_ADAPTER``, config errors and a
+  request that breaks its Struct's constraints (``INVALID_REQUEST``, checked
+  before middleware and I/O) end the call with one ``error`` finish;
+  middleware failures are re-raised in the consumer;
 * leaving ``async with`` returns only once the call task has ended and the
   adapter's iterator is closed.
 """
@@ -58,9 +59,11 @@ from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
 from llmrt._stop_hooks import enter_call, exit_call
+from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
+from ._misuse import STREAM_FORM, not_entered, not_in_trio
 from ._prepare import (
     apply_config,
     config_of,
@@ -170,6 +173,10 @@ class CallHost(Protocol):
 
     def call_started(self, call: Call) -> CallSeries:
         """Count ``call`` in (aborting it when the runtime is closing); its statistics series."""
+        ...
+
+    def no_adapter_message(self, provider: str) -> str:
+        """The ``NO_ADAPTER`` message for ``provider``: what is registered, what would be."""
         ...
 
     def spawn(self, call: Call) -> bool:
@@ -320,7 +327,10 @@ class Call:
         The call is its own context manager: an in-flight call is one object
         less that way, which counts at tens of thousands of calls.
         """
-        await trio.lowlevel.checkpoint()
+        try:
+            await trio.lowlevel.checkpoint()
+        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
+            raise not_in_trio("rt.stream()") from None
         if self._entered:
             raise RuntimeError("this call was already streamed; ask rt.stream() for a new one")
         self._entered = True
@@ -369,6 +379,9 @@ class Call:
     # ---- the consumer's side -------------------------------------------------------------
 
     def __aiter__(self) -> Call:
+        if not self._entered:
+            # Without the block no task runs: the iteration would wait forever.
+            raise not_entered(STREAM_FORM)
         return self
 
     async def __anext__(self) -> StreamChunk:
@@ -391,6 +404,8 @@ class Call:
             await trio.lowlevel.checkpoint()
             item = self._lost()
         else:
+            if not self._entered:  # ``call.__anext__()`` awaited by hand, outside the block
+                raise not_entered(STREAM_FORM)
             box.park_getter()
             try:
                 item = await trio.lowlevel.wait_task_rescheduled(box)
@@ -500,6 +515,10 @@ class Call:
         try:
             if self._cause is not None:  # aborted before it started: no lookup, no I/O
                 item: Finish | _Raise = self._cause
+            elif (invalid := invalid_reason(self.options)) is not None:
+                # Refused before middleware, lookup and I/O: where the gateway
+                # refuses the same request, before any call starts.
+                item = _error(ErrorCode.INVALID_REQUEST, invalid)
             else:
                 # The clock object and method calls on it and on ``box``: no bound
                 # method object per call lives in this frame.
@@ -718,6 +737,8 @@ class Call:
                 ErrorCode.INVALID_REQUEST,
                 f"a request must be GenerateOptions, not {type(options).__name__}",
             )
+        if options is not self.options and (invalid := invalid_reason(options)) is not None:
+            return _error(ErrorCode.INVALID_REQUEST, invalid)  # a middleware's own request
         if self._target is not None:
             route = self._target.route
             current = core.routes.get(options.provider)
@@ -730,10 +751,7 @@ class Call:
         else:
             found = core.routes.get(options.provider)
             if found is None:
-                return _error(
-                    ErrorCode.NO_ADAPTER,
-                    f"no adapter is registered for provider {options.provider!r}",
-                )
+                return _error(ErrorCode.NO_ADAPTER, core.no_adapter_message(options.provider))
             route = found
         registration = route.registration
         if not registration.acquire(self):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import attrs
 import trio
@@ -42,9 +42,11 @@ from llmrt._retry import (
     RetryScheduled,
     default_retry_policy,
 )
+from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, aborted_message
+from ._misuse import RETRY_FORM, not_entered, not_in_trio
 
 __all__ = [
     "RetryCall",
@@ -173,6 +175,11 @@ class RetryCall:
         if self._ended:
             raise StopAsyncIteration
         if self._call is None:
+            if self.attempt == 0 and (invalid := invalid_reason(self.options)) is not None:
+                # Final before any attempt, whatever the policy: the same request
+                # would be refused the same way, as the gateway refuses it.
+                failure = LlmFailure(message=invalid, code=ErrorCode.INVALID_REQUEST)
+                return self._final(Finish(reason=FinishError(failure=failure)))
             if self._pending_delay is not None:
                 await self._back_off(self._pending_delay)
                 self._pending_delay = None
@@ -247,7 +254,10 @@ class RetryCallContext:
     _key: int | None = attrs.field(default=None, init=False)
 
     async def __aenter__(self) -> RetryCall:
-        await trio.lowlevel.checkpoint()
+        try:
+            await trio.lowlevel.checkpoint()
+        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
+            raise not_in_trio("rt.stream_with_retry()") from None
         signal = self._call._signal
         if signal is not None and signal.aborted:
             self._call.abort(signal.reason)
@@ -255,6 +265,9 @@ class RetryCallContext:
             # Attempts subscribe to the signal themselves; this interrupts a back-off.
             self._key = signal._subscribe(self._call.abort)
         return self._call
+
+    def __aiter__(self) -> NoReturn:
+        raise not_entered(RETRY_FORM)
 
     async def __aexit__(self, *exc_info: object) -> None:
         signal = self._call._signal

@@ -19,6 +19,7 @@ from llmrt._attachment import (
     resolve_image_attachment_access,
 )
 from llmrt._chunks import Finish, FinishAborted, FinishError
+from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._content import ImageBlock
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import raise_sole, revalidated
@@ -37,9 +38,11 @@ from llmrt._request import (
     ResolvedModelInfo,
 )
 from llmrt._retry import AlwaysRetryPolicy, NormalRetryPolicy, ResolvedRetryPolicy
+from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._misuse import require_trio
 from ._prepare import (
     config_of,
     resolve_config,
@@ -124,6 +127,9 @@ class RuntimeCore:
     @property
     def routes(self) -> Mapping[str, Route]:
         return self.registry.topology.routes
+
+    def no_adapter_message(self, provider: str) -> str:
+        return self.registry.topology.no_adapter_message(provider)
 
     def call_started(self, call: Call) -> CallSeries:
         """Count ``call`` in; returns the series it counts into."""
@@ -261,6 +267,17 @@ class PreparedCall:
         target = PreparedTarget(self._route, self.config, self.input_modalities)
         return self._runtime._stream(options, signal, target)
 
+    async def complete(
+        self, options: GenerateOptions, *, signal: AbortSignal | None = None
+    ) -> Completion:
+        """`LlmRuntime.complete` through the registration captured at preparation.
+
+        Raises as `stream` does (``INVALID_PREPARED_CALL``), then as
+        `LlmRuntime.complete` does.
+        """
+        async with self.stream(options, signal=signal) as call:
+            return await complete_chunks(call, options.provider, options.model)
+
 
 @attrs.define(eq=False)
 class LlmRuntime:
@@ -274,9 +291,11 @@ class LlmRuntime:
         """Stream one call: ``async with rt.stream(options) as call: async for chunk in call``.
 
         Every call ends with exactly one terminal `Finish`. Adapter, lookup and
-        config failures arrive as an ``error`` finish; abort (``call.abort()``
-        or ``signal``) as an ``aborted`` finish. Middleware exceptions are raised
-        from the iteration.
+        config failures arrive as an ``error`` finish, and so does a request
+        that breaks its Struct's constraints (``INVALID_REQUEST``, before any
+        I/O, as the gateway refuses it); abort (``call.abort()`` or ``signal``)
+        as an ``aborted`` finish. Middleware exceptions are raised from the
+        iteration. Iterating without ``async with`` raises `CallNotEnteredError`.
 
         Not every step of the iteration is a checkpoint: a chunk that is
         already buffered is returned without yielding to the scheduler (there
@@ -333,6 +352,46 @@ class LlmRuntime:
     def _start_attempt(self, options: GenerateOptions, signal: AbortSignal | None) -> Call:
         return self._stream(options, signal, None)
 
+    async def complete(
+        self, options: GenerateOptions, *, signal: AbortSignal | None = None
+    ) -> Completion:
+        """One call, not streamed: the assembled answer, usage and finish.
+
+        ``await rt.complete(request)`` is ``rt.stream(request)`` folded through
+        a `BlockAssembler`, on the same call path (middleware, the idle
+        watchdog, ``signal``). Raises `LlmError` with the failure when the call
+        ends ``error`` or ``aborted``; middleware exceptions propagate. A
+        checkpoint; cancelling the caller stops the call and closes the upstream.
+        """
+        async with self.stream(options, signal=signal) as call:
+            return await complete_chunks(call, options.provider, options.model)
+
+    async def complete_with_retry(
+        self,
+        options: GenerateOptions,
+        *,
+        policy: ResolvedRetryPolicy | None = None,
+        signal: AbortSignal | None = None,
+        retry_after_output: bool = True,
+        max_retry_after_ms: float = DEFAULT_MAX_RETRY_AFTER_MS,
+        rng: random.Random | None = None,
+    ) -> Completion:
+        """`complete` over the attempts `stream_with_retry` makes (the same arguments).
+
+        The answer is the last attempt's; ``Completion.attempts`` says how many
+        there were. Raises `LlmError` with the final failure.
+        """
+        retried = self.stream_with_retry(
+            options,
+            policy=policy,
+            signal=signal,
+            retry_after_output=retry_after_output,
+            max_retry_after_ms=max_retry_after_ms,
+            rng=rng,
+        )
+        async with retried as call:
+            return await complete_events(call, options.provider, options.model)
+
     def use(self, middleware: Middleware) -> None:
         """Add a middleware around every call started from now on (outermost last).
 
@@ -376,9 +435,7 @@ class LlmRuntime:
     def _route(self, provider: str) -> Route:
         route = self._core.registry.topology.routes.get(provider)
         if route is None:
-            raise LlmError(
-                ErrorCode.NO_ADAPTER, f"no adapter is registered for provider {provider!r}"
-            )
+            raise LlmError(ErrorCode.NO_ADAPTER, self._core.no_adapter_message(provider))
         return route
 
     def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy:
@@ -527,14 +584,22 @@ class LlmRuntime:
     async def resolve_call_config(self, config: LlmCallConfig) -> LlmCallConfig:
         """Validate ``config`` against its exact model and materialize the adapter's defaults.
 
-        Raises ``NO_ADAPTER``, ``INVALID_MODEL_INFO``, ``UNSUPPORTED_REASONING_EFFORT``.
+        Raises ``INVALID_REQUEST`` (a config that breaks `LlmCallConfig`'s
+        constraints, before any I/O), ``NO_ADAPTER``, ``INVALID_MODEL_INFO``,
+        ``UNSUPPORTED_REASONING_EFFORT``.
         """
+        _check_config(config)
         info = await self.resolve_model_info(config.provider, config.model)
         resolved, _ = resolve_config(config, info)
         return resolved
 
     async def prepare_call(self, config: LlmCallConfig) -> PreparedCall:
-        """Resolve ``config`` under the current registration and bind a one-shot call to it."""
+        """Resolve ``config`` under the current registration and bind a one-shot call to it.
+
+        Raises as `resolve_call_config` does; an invalid config is refused
+        (``INVALID_REQUEST``) before the route is looked up.
+        """
+        _check_config(config)
         route = self._route(config.provider)
         info = await validated_model_info(route.registration.adapter, config.provider, config.model)
         resolved, defaults = resolve_config(config, info)
@@ -547,6 +612,15 @@ class LlmRuntime:
             route=route,
             input_modalities=info.input_modalities,
         )
+
+
+def _check_config(config: LlmCallConfig) -> None:
+    """Refuse a config the decoder would refuse (`llmrt._validate`): ``INVALID_REQUEST``."""
+    if not isinstance(config, LlmCallConfig):
+        raise TypeError(f"config must be LlmCallConfig, not {type(config).__name__}")
+    invalid = invalid_reason(config)
+    if invalid is not None:
+        raise LlmError(ErrorCode.INVALID_REQUEST, invalid)
 
 
 def retry_policy_of(call: Call) -> ResolvedRetryPolicy | None:
@@ -578,6 +652,7 @@ async def open_runtime(
     attachments become request versions (see docs/images.md); without one, a
     request with a durable image ends with ``INVALID_REQUEST``.
     """
+    require_trio("llmrt.open_runtime()")
     idle = _check_timeout("stream_idle_timeout", stream_idle_timeout)
     if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
         raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout!r}")

@@ -39,6 +39,7 @@ from ._codec import decode_message as decode_message
 from ._codec import decode_request as decode_request
 from ._codec import encode as encode
 from ._codec import encode_into as encode_into
+from ._completion import Completion as Completion
 from ._content import CONTENT_BLOCK_TYPES as CONTENT_BLOCK_TYPES
 from ._content import ContentBlock as ContentBlock
 from ._content import ContentBlockType as ContentBlockType
@@ -129,8 +130,10 @@ __version__: str = app_identity().version
 from .actors import AbortController as AbortController
 from .actors import AbortSignal as AbortSignal
 from .actors import Call as Call
+from .actors import CallNotEnteredError as CallNotEnteredError
 from .actors import LlmRuntime as LlmRuntime
 from .actors import Middleware as Middleware
+from .actors import NotInTrioError as NotInTrioError
 from .actors import PreparedCall as PreparedCall
 from .actors import RegistrationHandle as RegistrationHandle
 from .actors import RuntimeStatistics as RuntimeStatistics
@@ -141,8 +144,11 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "Call",
+    "CallNotEnteredError",
+    "Completion",
     "LlmRuntime",
     "Middleware",
+    "NotInTrioError",
     "PreparedCall",
     "RegistrationHandle",
     "RuntimeStatistics",

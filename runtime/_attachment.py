@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Protocol
 
@@ -38,6 +39,7 @@ _Pixels = Annotated[int, msgspec.Meta(ge=1)]
 #: Printable and path-free, so an id can appear in placeholders and logs as it is.
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 AttachmentId = Annotated[str, msgspec.Meta(pattern=_ID_PATTERN)]
+_ID = re.compile(_ID_PATTERN)
 
 
 class ImageAttachmentRef(Wire, frozen=True):
@@ -66,6 +68,13 @@ class ImageAttachmentRef(Wire, frozen=True):
                 raise ValueError("an image attachment's width and height must be integers >= 1")
         if not self.attachment_id or not self.media_type:
             raise ValueError("an image attachment needs an attachment_id and a media_type")
+        if not isinstance(self.attachment_id, str) or not _ID.match(self.attachment_id):
+            # The decoder checks the pattern; a constructed reference must keep it too,
+            # so a request refused through the gateway is refused in-process alike.
+            raise ValueError(
+                "an image attachment_id is 1-200 letters, digits and '._:-', "
+                "starting with a letter or digit"
+            )
 
 
 def image_attachment_ref(

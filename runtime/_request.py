@@ -151,6 +151,9 @@ class ConfigurableProvider(Wire, frozen=True):
     settings_path: tuple[str, ...] = ()
     #: True when the adapter knows this route only from configuration.
     declared: bool | None = None
+    #: The environment variable that, once set, registers this route with no
+    #: configuration file (``OPENAI_API_KEY`` for ``openai``): a name, never a value.
+    key_env: str | None = None
 
 
 class ModelDiscoveryRequest(Wire, frozen=True):

@@ -56,6 +56,7 @@ from llmrt import (
     ResolvedRetryPolicy,
     RetryScheduled,
 )
+from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
@@ -309,6 +310,28 @@ class GatewayClient:
             policy if policy is not None else True,
             _checked_traceparent(traceparent),
         )
+
+    async def complete(
+        self, options: GenerateOptions, *, traceparent: str | None = None
+    ) -> Completion:
+        """One call through the gateway, not streamed: `LlmRuntime.complete`'s answer.
+
+        Raises `LlmError` with the failure of an ``error`` or ``aborted`` finish
+        (a refused request, a lost connection: ``NETWORK``). A checkpoint.
+        """
+        async with self.stream(options, traceparent=traceparent) as call:
+            return await complete_chunks(call, options.provider, options.model)
+
+    async def complete_with_retry(
+        self,
+        options: GenerateOptions,
+        *,
+        policy: ResolvedRetryPolicy | None = None,
+        traceparent: str | None = None,
+    ) -> Completion:
+        """`complete` over the attempts the gateway makes (see `stream_with_retry`)."""
+        async with self.stream_with_retry(options, policy=policy, traceparent=traceparent) as call:
+            return await complete_events(call, options.provider, options.model)
 
     async def list_providers(self) -> tuple[ProviderInfo, ...]:
         """The gateway runtime's providers. Raises `LlmError` (``NETWORK``, ...)."""

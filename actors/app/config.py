@@ -764,7 +764,8 @@ async def register_settings(
     The directory lists every route of ``config`` whose adapter has settings
     namespaces (each name of it, in its namespace), then, dormant, the
     routes the plugins list although ``config`` does not register them (the
-    hosted presets' zero-config routes). Each namespace of `Config.settings`
+    hosted presets' zero-config routes, each with the key variable that would
+    register it, ``key_env``). Each namespace of `Config.settings`
     gets its owning plugin's discovery, which knows its routes' endpoints and
     key variables (keys are read from ``environ`` per interrogation). All or
     nothing, like `register_config`: raises `llmrt.LlmError`
@@ -786,12 +787,19 @@ async def register_settings(
             if base_url is not None:
                 routes[ns][name] = (base_url, spec.api_key_env)
     taken = {name for spec in config.routes for name in spec.providers}
+    # The variable that registers a dormant route: a NO_ADAPTER message names it.
+    key_envs: dict[str, str] = {}
+    for _, found in config.plugins.detected():
+        key_envs.setdefault(found.route, found.key_env)
     for plugin in config.plugins.adapters.values():
         if plugin.namespaces is None:
             continue
         for route, dormant in plugin.namespaces.dormant:
             if route not in taken:
-                entries.append(plugin.namespaces.entry(route, dormant, None, ()))
+                entry = plugin.namespaces.entry(route, dormant, None, ())
+                if entry.key_env is None and route in key_envs:
+                    entry = msgspec.structs.replace(entry, key_env=key_envs[route])
+                entries.append(entry)
                 taken.add(route)
     handles: list[DirectoryHandle | DiscoveryHandle] = []
     try:
