@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -32,6 +33,7 @@ from llmrt.actors.gateway._front import (
     MAX_HEAD_BYTES,
     FrontDoor,
     ReplayStream,
+    chosen_gateway,
     content_security_policy,
     handshake_problem,
     is_upgrade,
@@ -374,10 +376,70 @@ def test_the_page_policy_allows_exactly_its_own_inline_script_and_style() -> Non
     assert directives["default-src"] == "'none'"
     assert directives["script-src"] == "'self' " + digest(script)
     assert directives["style-src"] == "'self' " + digest(style)
-    assert directives["connect-src"] == "'self' ws: wss:"
+    # Its own origin only ('self' covers ws:/wss: of the same host and port).
+    assert directives["connect-src"] == "'self'"
     assert directives["frame-ancestors"] == "'none'"
     assert "unsafe-inline" not in csp
     assert re.fullmatch(r"[ -~]+", csp)  # a header value: printable ASCII only
+
+
+SAME_ORIGIN = ((b"sec-fetch-site", b"same-origin"),)
+
+
+def _query(url: str) -> bytes:
+    return b"/?gateway=" + urllib.parse.quote(url, safe="").encode()
+
+
+def test_a_chosen_gateway_is_allowed_only_when_the_page_itself_asked() -> None:
+    url = "ws://127.0.0.1:9000/"
+    assert chosen_gateway(_query(url), SAME_ORIGIN) == "ws://127.0.0.1:9000"
+    assert chosen_gateway(_query("wss://Gw.Example.com/x?y=1"), SAME_ORIGIN) == (
+        "wss://gw.example.com"
+    )
+    assert chosen_gateway(b"/?a=1&gateway=ws%3A%2F%2Flocalhost%3A80%2F", SAME_ORIGIN) == (
+        "ws://localhost:80"
+    )
+    # Any other page can send a tab to this URL: only the browser's word that
+    # the navigation came from the gateway's own origin counts.
+    for site in (b"same-site", b"cross-site", b"none", b""):
+        assert chosen_gateway(_query(url), ((b"sec-fetch-site", site),)) is None, site
+    assert chosen_gateway(_query(url), ()) is None
+    assert chosen_gateway(b"/", SAME_ORIGIN) is None
+
+
+def test_a_chosen_gateway_must_be_a_plain_websocket_origin() -> None:
+    for url in (
+        "http://127.0.0.1:9000/",  # not a websocket URL
+        "ws://user:pw@127.0.0.1:9000/",  # user info
+        "ws://*.example.com/",  # a wildcard
+        "ws://[::1]:9000/",  # CSP cannot name an IPv6 literal
+        "ws://127.0.0.1:99999/",  # no such port
+        "ws://a;script-src *; x/",  # an attempt to write into the policy
+        "ws://a b/",
+        "ws://example.com/#frag",
+        "ws:///nohost",
+        "not a url",
+    ):
+        assert chosen_gateway(_query(url), SAME_ORIGIN) is None, url
+
+
+async def test_the_page_policy_names_the_chosen_gateway() -> None:
+    front = _front(page=b"<script>x</script>")
+    query = _query("ws://127.0.0.1:9000/")
+
+    def connect_src(answer_headers: tuple[tuple[bytes, bytes], ...]) -> str:
+        policy = dict(answer_headers)[b"Content-Security-Policy"].decode()
+        return dict(p.strip().split(" ", 1) for p in policy.split(";"))["connect-src"]
+
+    plain = await front.answer(b"GET", query)
+    assert connect_src(plain.headers) == "'self'"
+    chosen = await front.answer(b"GET", query, SAME_ORIGIN)
+    assert connect_src(chosen.headers) == "'self' ws://127.0.0.1:9000"
+    assert chosen.body == plain.body
+    assert dict(chosen.headers)[b"Content-Security-Policy"] == content_security_policy(
+        b"<script>x</script>", "ws://127.0.0.1:9000"
+    )
+    assert front.counters.http_requests["/"] == 2
 
 
 def test_payload_bytes_are_utf8_lengths() -> None:

@@ -11,6 +11,11 @@ the page's scripts logged no error and threw nothing. A scenario that provokes
 a refused or failed connection (wrong token, gateway stopped, foreign origin)
 also gets the error lines Chromium itself writes for a failed network request
 (source ``network``); only those, and only for the expected URLs, are allowed.
+A scenario that itself tries a connection the page's policy forbids also gets
+the browser's refusal of that one URL.
+
+Other gateways than the page's own are `FakeGateway`s: loopback websocket
+servers that record every handshake, and send what a test scripts.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import subprocess
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +46,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 import llmrt.actors.gateway
 from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
@@ -114,9 +121,12 @@ class Gateway:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
-    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.http_url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(self.http_url + path, timeout=WAIT) as response:
+            with urllib.request.urlopen(req, timeout=WAIT) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
@@ -154,9 +164,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def static_server() -> Iterator[str]:
-    """Serve the playground's files from another origin than any gateway's."""
-    handler = functools.partial(_Quiet, directory=str(PAGE_DIR))
+def static_server(directory: pathlib.Path = PAGE_DIR) -> Iterator[str]:
+    """Serve the playground's files (or ``directory``) from another origin than any gateway's."""
+    handler = functools.partial(_Quiet, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -168,10 +178,12 @@ def static_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def anthropic_upstream() -> Iterator[Upstream]:
+def anthropic_upstream(
+    text: tuple[str, ...] = ("Replayed ", "answer."), signature: str = "c2lnbmF0dXJl"
+) -> Iterator[Upstream]:
     """A local Anthropic Messages upstream (thinking with a signature, then text), in a thread."""
     script = SSEScript(
-        events=anthropic_events(["Replayed ", "answer."], thinking_chunks=["Thinking."])
+        events=anthropic_events(text, thinking_chunks=["Thinking."], signature=signature)
     )
     started: queue.Queue[tuple[Upstream, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
 
@@ -186,6 +198,64 @@ def anthropic_upstream() -> Iterator[Upstream]:
     upstream, token, scope = started.get(timeout=WAIT)
     try:
         yield upstream
+    finally:
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        thread.join(WAIT)
+
+
+class FakeGateway:
+    """A websocket server on loopback that records every handshake it receives.
+
+    It accepts ``llmrt.v1`` and runs ``script(connection)`` (by default it
+    only holds the connection open): a gateway that is not the page's own,
+    and one that can send frames no real gateway sends.
+    """
+
+    def __init__(self, script: Callable[[WebSocketConnection], Awaitable[None]] | None) -> None:
+        self.script = script
+        self.handshakes: list[dict[str, str]] = []
+        self.port = 0
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    async def handle(self, request: WebSocketRequest) -> None:
+        # wsproto hands the websocket headers over parsed; put the offered
+        # subprotocols back with the others.
+        seen = {k.decode().lower(): v.decode() for k, v in request.headers}
+        seen["sec-websocket-protocol"] = ", ".join(request.proposed_subprotocols)
+        seen["path"] = request.path
+        self.handshakes.append(seen)
+        connection = await request.accept(subprotocol="llmrt.v1")
+        with contextlib.suppress(ConnectionClosed):
+            if self.script is not None:
+                await self.script(connection)
+            while True:
+                await connection.get_message()
+
+
+@contextlib.contextmanager
+def fake_gateway(
+    script: Callable[[WebSocketConnection], Awaitable[None]] | None = None,
+) -> Iterator[FakeGateway]:
+    fake = FakeGateway(script)
+    started: queue.Queue[tuple[trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                server = await nursery.start(
+                    functools.partial(serve_websocket, fake.handle, "127.0.0.1", 0, None)
+                )
+                fake.port = server.port
+                started.put((trio.lowlevel.current_trio_token(), scope))
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    token, scope = started.get(timeout=WAIT)
+    try:
+        yield fake
     finally:
         trio.from_thread.run_sync(scope.cancel, trio_token=token)
         thread.join(WAIT)
@@ -308,13 +378,23 @@ class Page:
         self.d.switch_to.window(self.d.window_handles[0])
 
 
-def assert_no_console_errors(page: Page, allowed_network: tuple[str, ...] = ()) -> None:
-    """No error or warning from the page; failed requests only to the ``allowed`` URLs."""
+def assert_no_console_errors(
+    page: Page, allowed_network: tuple[str, ...] = (), refused_by_policy: tuple[str, ...] = ()
+) -> None:
+    """No error or warning from the page; failed requests only to the ``allowed`` URLs.
+
+    ``refused_by_policy``: URLs the test itself tried to reach against the
+    page's Content-Security-Policy; the browser's refusals of those are allowed.
+    """
     bad = []
     for entry in page.collect_console():
         if entry["level"] not in ("SEVERE", "WARNING"):
             continue
         if entry.get("source") == "network" and any(u in entry["message"] for u in allowed_network):
+            continue
+        if "Content Security Policy" in entry["message"] and any(
+            u.rstrip("/") in entry["message"] for u in refused_by_policy
+        ):
             continue
         bad.append(entry)
     assert bad == []
@@ -392,11 +472,18 @@ def test_abort_mid_stream(gateway: Gateway, page: Page) -> None:
     page.open(page_url(gateway))
     page.wait_open()
     screenshot = os.environ.get("LLMRT_UPDATE_SCREENSHOT") == "1"
-    if screenshot:  # a finished call with a tool call above the one streaming
+    if screenshot:  # a tool call answered with a result, above a call streaming
         page.fill("system", "Answer in one sentence.")
         page.el("tools-on").click()
         page.send("What is the weather in Lisbon?")
         page.wait_text("finish", "finish: tool-calls")
+        editor = page.d.find_element(By.CSS_SELECTOR, "[data-testid='tool-results'] textarea")
+        editor.clear()
+        editor.send_keys('{"city": "Lisbon", "temperature_c": 21, "sky": "clear"}')
+        page.el("send-tool-result").click()
+        page.wait(lambda: page.text("total-time") != "", message="no answer to the tool result")
+        page.el("tools-on").click()
+        page.el("new-chat").click()
     page.choose("provider", "slow-demo")
     page.choose("model", "demo-1")
     page.send("Tell me about trio, structured concurrency and llmrt")
@@ -507,8 +594,11 @@ def test_token_wrong_then_right(tmp_path: pathlib.Path, page: Page) -> None:
         assert page.text("error") == ""
         page.send("with a token")
         page.wait_text("finish", "finish: stop")
-        # The token is kept for this tab only, and never put in the URL.
-        assert page.js("return sessionStorage.getItem('llmrt.playground.token')") == TOKEN
+        # The token is kept for this tab only, for this gateway's origin only,
+        # and never put in the URL.
+        key = f"llmrt.playground.token:ws://127.0.0.1:{gw.port}"
+        assert page.js("return sessionStorage.getItem(arguments[0])", key) == TOKEN
+        assert page.js("return Object.keys(sessionStorage)") == [key]
         assert page.js("return localStorage.length") == 0
         assert TOKEN not in page.d.current_url
         assert_no_console_errors(page, allowed_network=(gw.ws_url,))
@@ -531,6 +621,10 @@ def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
 def test_a_foreign_origin_cannot_connect(gateway: Gateway, page: Page) -> None:
     with static_server() as foreign:
         page.open(f"{foreign}index.html?gateway={gateway.ws_url}")
+        # The URL only fills in the field; the person presses Connect.
+        page.wait_text("status", "not connected")
+        assert page.el("gateway-url").get_attribute("value") == gateway.ws_url
+        page.el("reconnect").click()
         page.wait_text("error", "HANDSHAKE_FAILED")
         assert page.text("status").startswith("closed")
         page.wait_text("status", "closed")
@@ -598,3 +692,301 @@ def test_continuing_sends_the_replay_state_back(tmp_path: pathlib.Path, page: Pa
             assert_no_console_errors(page)
         # The upstream saw the replayed thinking block, signature included.
         assert b"c2lnbmF0dXJl" in upstream.requests[-1].body
+
+
+# ---- the gateway the page talks to, and its token (hostile review 2, finding 1) -----------
+
+
+def connect_src(headers: dict[str, str]) -> str:
+    policy = dict(
+        part.strip().split(" ", 1) for part in headers["Content-Security-Policy"].split(";")
+    )
+    return policy["connect-src"]
+
+
+def test_a_gateway_named_in_the_url_gets_no_handshake_and_no_token(
+    tmp_path: pathlib.Path, page: Page
+) -> None:
+    with running(tmp_path, token=TOKEN) as gw, fake_gateway() as other:
+        lure = gw.http_url + "?gateway=" + urllib.parse.quote(other.ws_url, safe="")
+        # The operator connects with the gateway's token: it is kept in the tab.
+        page.open(page_url(gw))
+        page.wait_text("error", "AUTH: ")
+        page.fill("token", TOKEN)
+        page.el("reconnect").click()
+        page.wait_open()
+        # Later, a page elsewhere (another port on this machine) sends the tab
+        # back to the playground, naming its own server as the gateway.
+        attacker = tmp_path / "attacker"
+        attacker.mkdir()
+        (attacker / "go.html").write_text(f"<script>location.replace({json.dumps(lure)})</script>")
+        with static_server(attacker) as elsewhere:
+            page.d.get(elsewhere + "go.html")
+            page.wait(lambda: page.d.current_url == lure, message="the lure never loaded")
+        page.wait_text("status", "not connected")
+        assert page.text("connection-note") == "press Connect to connect to this gateway"
+        # The URL filled in the field; the token kept for the own origin is not shown for it.
+        assert page.el("gateway-url").get_attribute("value") == other.ws_url
+        assert page.el("token").get_attribute("value") == ""
+        # Even a script on the page could not reach it: the policy names the own origin only.
+        refused = page.d.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "document.addEventListener('securitypolicyviolation',"
+            "  (e) => done([e.effectiveDirective, e.blockedURI]), {once: true});"
+            "try { new WebSocket(arguments[0]); } catch (err) { /* refused at once */ }",
+            other.ws_url,
+        )
+        assert refused[0] == "connect-src" and refused[1].startswith(other.ws_url.rstrip("/"))
+        assert other.handshakes == []
+        # The header, as served for that URL: without the browser's word that the
+        # playground itself asked (Sec-Fetch-Site: same-origin), only 'self'.
+        query = lure.removeprefix(gw.http_url)
+        for site in (None, "none", "same-site", "cross-site"):
+            headers = {} if site is None else {"Sec-Fetch-Site": site}
+            assert connect_src(gw.get(query, headers)[1]) == "'self'", site
+        chosen = connect_src(gw.get(query, {"Sec-Fetch-Site": "same-origin"})[1])
+        assert chosen == f"'self' ws://127.0.0.1:{other.port}"
+
+        # The person chooses that gateway: the page loads itself for it and
+        # connects, offering no token (none was given for that origin).
+        page.el("reconnect").click()
+        page.wait_text("status", "open")
+        page.wait(lambda: len(other.handshakes) == 1, message="no handshake at the chosen gateway")
+        (handshake,) = other.handshakes
+        assert handshake["sec-websocket-protocol"] == "llmrt.v1"
+        assert handshake["origin"] == gw.http_url.rstrip("/")
+        assert not any(TOKEN in value for value in handshake.values())
+        # Back to the own gateway: its token comes back with its origin, and is used.
+        page.fill("gateway-url", gw.ws_url)
+        assert page.el("token").get_attribute("value") == TOKEN
+        page.el("reconnect").click()
+        page.wait_open()
+        page.send("with a token again")
+        page.wait_text("finish", "finish: stop")
+        assert page.js("return Object.keys(sessionStorage)") == [
+            f"llmrt.playground.token:ws://127.0.0.1:{gw.port}"
+        ]
+        assert len(other.handshakes) == 1
+        assert_no_console_errors(
+            page, allowed_network=(gw.ws_url,), refused_by_policy=(other.ws_url,)
+        )
+
+
+# ---- frames in parts (hostile review 2, finding 10) ------------------------------------------
+
+
+def test_a_finish_and_a_block_end_sent_in_parts_are_shown(
+    tmp_path: pathlib.Path, page: Page
+) -> None:
+    # 4096 bytes is the smallest frame limit: the text block's block-end and the
+    # finish (whose replay state holds the signature) cannot go in one message.
+    text = ("A" * 3000, "B" * 3000)
+    signature = "c2ln" * 1500
+    with anthropic_upstream(text, signature) as upstream:
+        config = (
+            '[[provider]]\nroute = "claude"\nadapter = "anthropic"\n'
+            f'base_url = "{upstream.base_url}"\napi_key_env = "PLAYGROUND_UPSTREAM_KEY"\n'
+            "[gateway]\nmax_frame_bytes = 4096\n"
+        )
+        env = {"PLAYGROUND_UPSTREAM_KEY": "sk-playground-test"}
+        with running(tmp_path, config=config, env=env) as gw:
+            page.open(page_url(gw))
+            page.wait_open()
+            page.choose("provider", "claude")
+            page.wait(lambda: page.el("send").is_enabled(), message="no claude model")
+            page.send("a long answer")
+            assert page.wait_text("finish", "finish: stop") == "finish: stop"
+            assert page.text("call-state") == "stop"
+            assert page.text("output") == "".join(text)
+            assert page.text("usage").startswith("usage: input 12,")
+            # What the parts carried, as the conversation now holds it.
+            answer = page.js("return history[history.length - 1]")
+            assert [b["type"] for b in answer["content"]] == ["reasoning", "text"]
+            assert answer["content"][1]["text"] == "".join(text)
+            assert signature in json.dumps(answer["source"]["replayState"])
+            assert not page.el("abort").is_enabled()
+            assert_no_console_errors(page)
+
+
+def _parts_of_many_frames(count: int) -> Callable[[WebSocketConnection], Awaitable[None]]:
+    async def script(connection: WebSocketConnection) -> None:
+        await connection.send_message(json.dumps({"type": "hello", "protocol": "llmrt.v1"}))
+        for n in range(count):
+            await connection.send_message(
+                json.dumps({"type": "part", "id": f"p{n}", "data": "{", "more": True})
+            )
+
+    return script
+
+
+def _parts_of_one_huge_frame(mebibytes: int) -> Callable[[WebSocketConnection], Awaitable[None]]:
+    async def script(connection: WebSocketConnection) -> None:
+        await connection.send_message(json.dumps({"type": "hello", "protocol": "llmrt.v1"}))
+        slice_ = "x" * (1 << 20)
+        for _ in range(mebibytes):
+            await connection.send_message(
+                json.dumps({"type": "part", "id": "big", "data": slice_, "more": True})
+            )
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        (
+            _parts_of_many_frames(33),
+            "TOO_MANY_PARTS: the gateway sent parts of more than 32 frames",
+        ),
+        (
+            _parts_of_one_huge_frame(33),
+            "PARTS_TOO_LARGE: frames sent in parts hold more than 32 MiB",
+        ),
+    ],
+    ids=["frames", "bytes"],
+)
+def test_parts_are_bounded(
+    gateway: Gateway,
+    page: Page,
+    script: Callable[[WebSocketConnection], Awaitable[None]],
+    code: str,
+) -> None:
+    with fake_gateway(script) as other:
+        page.open(page_url(gateway))
+        page.wait_open()
+        page.fill("gateway-url", other.ws_url)
+        page.el("reconnect").click()  # the person chooses it: the page loads itself for it
+        page.wait_text("error", code)
+        assert page.text("status") == "closed (" + code.split(":")[0] + ")"
+        # The page closed the connection itself and does not reconnect on its own.
+        page.wait(lambda: page.js("return ws === null && retryTimer === null"))
+        assert len(other.handshakes) == 1
+        assert_no_console_errors(page)
+
+
+# ---- a chat (new user's first hour, item 8) --------------------------------------------------
+
+
+def test_an_empty_conversation_shows_a_hint(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    hint = page.el("empty-hint")
+    assert hint.is_displayed()
+    assert "press Send" in hint.text and "Offer tools" in hint.text
+    page.send("hello")
+    page.wait(lambda: not hint.is_displayed(), message="the hint stayed")
+    page.wait_text("finish", "finish: stop")
+    assert_no_console_errors(page)
+
+
+def test_the_prompt_is_cleared_and_the_next_message_continues(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.send("first question")
+    page.wait(lambda: page.el("prompt").get_attribute("value") == "", message="prompt kept")
+    assert page.text("turn") == "youfirst question"
+    page.wait_text("finish", "finish: stop")
+    assert page.text("history") == "continuing: 2 messages of history"
+    page.el("prompt").send_keys("second question")  # typed into the emptied field
+    page.el("send").click()
+    page.wait(lambda: len(page.sent("call")) == 2)
+    page.wait_text("finish", "finish: stop")
+    first, second = (f["request"]["messages"] for f in page.sent("call"))
+    assert second[0] == first[0]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[2]["content"] == [{"type": "text", "text": "second question"}]
+    assert page.el("prompt").get_attribute("value") == ""
+    assert_no_console_errors(page)
+
+
+def test_a_tool_call_is_answered_with_a_tool_result(gateway: Gateway, page: Page) -> None:
+    page.open(page_url(gateway))
+    page.wait_open()
+    page.el("tools-on").click()
+    page.send("weather in Paris")
+    page.wait_text("finish", "finish: tool-calls")
+    (call,) = page.sent("call")
+    # A plain message now would follow an unanswered tool call: refused, and kept.
+    page.send("never mind the tool")
+    page.wait_text("error", "TOOL_RESULT_NEEDED")
+    assert len(page.sent("call")) == 1
+    assert page.el("prompt").get_attribute("value") == "never mind the tool"
+    editor = page.d.find_element(By.CSS_SELECTOR, "[data-testid='tool-results'] textarea")
+    assert json.loads(editor.get_attribute("value")) is not None  # an editable JSON starting point
+    editor.clear()
+    editor.send_keys("{not json")
+    page.el("send-tool-result").click()
+    page.wait_text("error", "BAD_TOOL_RESULT")
+    assert len(page.sent("call")) == 1
+    editor.clear()
+    editor.send_keys('{"temperature_c": 18, "sky": "clear"}')
+    page.el("send-tool-result").click()
+    page.wait(lambda: len(page.sent("call")) == 2, message="the tool result was not sent")
+    # The second assistant turn: it streams and finishes (whatever the demo answers).
+    panels = "document.querySelectorAll('article.call')"
+    page.wait(
+        lambda: (
+            page.js(f"return {panels}[0].dataset.state") in ("stop", "tool-calls", "max-tokens")
+        ),
+        message="the answer to the tool result never finished",
+    )
+    assert page.js(f"return {panels}.length") == 2
+    assert page.text("turn").startswith("tool result")
+    first, second = (f["request"] for f in page.sent("call"))
+    assert second["provider"] == first["provider"] and second["tools"] == first["tools"]
+    sent_user, assistant, result = second["messages"]
+    assert sent_user == first["messages"][0]
+    assert assistant["role"] == "assistant"
+    (tool_call,) = [b for b in assistant["content"] if b["type"] == "tool-call"]
+    assert tool_call["name"] == "get_weather"
+    assert result == {
+        "id": result["id"],
+        "role": "user",
+        "content": [
+            {
+                "type": "tool-result",
+                "toolCallId": tool_call["id"],
+                "content": [{"type": "text", "text": '{"temperature_c": 18, "sky": "clear"}'}],
+            }
+        ],
+        "source": {"kind": "tool", "tool": "get_weather"},
+    }
+    assert call["request"]["messages"] == [sent_user]
+    # Sent once: the editor and its button are done.
+    sent = page.js(f"return {panels}[1].querySelector('.answer-tools')")
+    assert not sent.is_enabled() and sent.text == "tool result sent"
+    assert_no_console_errors(page)
+
+
+FIT = """
+const el = arguments[0];
+const style = getComputedStyle(el);
+const ctx = document.createElement('canvas').getContext('2d');
+ctx.font = style.font;
+const text = el.tagName === 'SELECT' ? el.options[el.selectedIndex].text
+  : (el.value || el.placeholder || el.textContent);
+const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)
+  - (el.tagName === 'SELECT' ? 20 : 0);  // the select's arrow
+const width = ctx.measureText(text).width;
+const box = el.getBoundingClientRect();
+return {text, width, room,
+        fits: width <= room + 1,  // clientWidth is whole pixels, text widths are not
+        inside: box.left >= 0 && box.right <= document.documentElement.clientWidth};
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_controls_are_not_cut_off(gateway: Gateway, page: Page, width: int) -> None:
+    page.d.set_window_size(width, 900)
+    try:
+        page.open(page_url(gateway))
+        page.wait_open()
+        page.choose("provider", "slow-demo")  # the longest label
+        page.wait(lambda: page.el("send").is_enabled())
+        for testid in ("provider", "model", "effort", "token", "gateway-url", "reconnect", "send"):
+            fit = page.js(FIT, page.el(testid))
+            assert fit["fits"] and fit["inside"], (testid, fit)
+        assert page.js("return document.documentElement.scrollWidth") <= width
+    finally:
+        page.d.set_window_size(1280, 900)
+    assert_no_console_errors(page)

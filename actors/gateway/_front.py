@@ -33,7 +33,8 @@ Plain answers carry ``Connection: close``: a scraper or a probe opens one
 connection per request, which costs nothing at their rates, and the front
 door holds no keep-alive state.
 
-The logic (`is_upgrade`, `FrontDoor.answer`, `content_security_policy`) does
+The logic (`is_upgrade`, `FrontDoor.answer`, `content_security_policy`,
+`chosen_gateway`) does
 no I/O; `serve_stream` is the I/O around it.
 """
 
@@ -43,6 +44,7 @@ import base64
 import hashlib
 import logging
 import re
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -57,6 +59,7 @@ __all__ = [
     "Answer",
     "FrontDoor",
     "ReplayStream",
+    "chosen_gateway",
     "content_security_policy",
     "handshake_problem",
     "is_upgrade",
@@ -119,28 +122,82 @@ def _hashes(bodies: Sequence[bytes]) -> str:
     )
 
 
-def content_security_policy(page: bytes) -> bytes:
+def content_security_policy(page: bytes, gateway: str | None = None) -> bytes:
     """The ``Content-Security-Policy`` of the playground page ``page``.
 
     Nothing but the page's own inline ``<script>`` and ``<style>`` elements
     (allowed by their SHA-256 hashes, computed from the page as served) and
     same-origin files may run or style it: an injected script, inline event
-    handler or ``style`` attribute does not run. The page may open websockets
-    to any host (``ws:``/``wss:``: it is a client for whichever gateway its
-    user names, this one by default) but fetch nothing else from elsewhere;
-    it cannot be framed, and forms and ``<base>`` are off.
+    handler or ``style`` attribute does not run. It may connect to its own
+    origin only (``'self'``, which CSP Level 3 browsers match to ``ws:`` and
+    ``wss:`` of the same host and port), plus ``gateway``, a source the
+    person chose (see `chosen_gateway`); it fetches nothing else from
+    elsewhere, cannot be framed, and forms and ``<base>`` are off.
     """
+    return _policy(*_inline_hashes(page), gateway)
+
+
+def _inline_hashes(page: bytes) -> tuple[str, str]:
+    """The hash sources of ``page``'s inline scripts and of its styles."""
     scripts = [m.group(2) for m in _SCRIPT.finditer(page) if not _HAS_SRC.search(m.group(1))]
     styles = [m.group(1) for m in _STYLE.finditer(page)]
+    return _hashes(scripts), _hashes(styles)
+
+
+def _policy(script_hashes: str, style_hashes: str, gateway: str | None) -> bytes:
+    connect = "'self'" if gateway is None else f"'self' {gateway}"
     policy = (
         "default-src 'none'"
-        f"; script-src 'self'{_hashes(scripts)}"
-        f"; style-src 'self'{_hashes(styles)}"
+        f"; script-src 'self'{script_hashes}"
+        f"; style-src 'self'{style_hashes}"
         "; img-src 'self' data:"
-        "; connect-src 'self' ws: wss:"
+        f"; connect-src {connect}"
         "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
     return policy.encode()
+
+
+#: A host a CSP source can name: DNS labels or dotted IPv4 (CSP has no IPv6 literals).
+_CSP_HOST = re.compile(r"[a-z0-9-]+(?:\.[a-z0-9-]+)*")
+
+
+def chosen_gateway(target: bytes, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The gateway the person chose on the playground, as a CSP source; else None.
+
+    The page asks for it by loading itself again at ``/?gateway=URL`` after
+    the person pressed Connect with another gateway in the field. Any page
+    can navigate a tab to such a URL, so it counts only when the browser
+    says the navigation came from this gateway's own origin
+    (``Sec-Fetch-Site: same-origin``, a header no page script can set): the
+    playground itself, never a page elsewhere, a typed URL or a bookmark. The
+    source is ``ws(s)://host[:port]`` rebuilt from a strictly checked URL
+    (no user info, no wildcard, no characters a policy would read).
+    """
+    site = next((v for k, v in headers if k.lower() == b"sec-fetch-site"), None)
+    if site is None or site.strip().lower() != b"same-origin":
+        return None
+    query = target.partition(b"?")[2].decode("ascii", "replace")
+    try:
+        fields = urllib.parse.parse_qsl(query, max_num_fields=32)
+    except ValueError:
+        return None
+    url = next((v for k, v in fields if k == "gateway"), None)
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname or ""
+    if (
+        parts.scheme not in ("ws", "wss")
+        or "@" in parts.netloc
+        or parts.fragment
+        or not _CSP_HOST.fullmatch(host)
+    ):
+        return None
+    return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
 
 
 def is_upgrade(request: h11.Request) -> bool:
@@ -202,19 +259,28 @@ class FrontDoor:
     page: bytes | None
     counters: GatewayCounters
     _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
+    _page_hashes: tuple[str, str] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        csp = content_security_policy(self.page or b"")
-        self._page_headers = (
+        self._page_hashes = _inline_hashes(self.page or b"")
+        self._page_headers = self._headers_for_page(None)
+
+    def _headers_for_page(self, gateway: str | None) -> tuple[tuple[bytes, bytes], ...]:
+        return (
             (b"Content-Type", _HTML),
-            (b"Content-Security-Policy", csp),
+            (b"Content-Security-Policy", _policy(*self._page_hashes, gateway)),
             (b"Cache-Control", b"no-cache"),
             (b"Referrer-Policy", b"no-referrer"),
             *_COMMON,
         )
 
-    async def answer(self, method: bytes, target: bytes) -> Answer:
-        """The answer to a plain (non-upgrade) request. A checkpoint only for ``/metrics``."""
+    async def answer(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+    ) -> Answer:
+        """The answer to a plain (non-upgrade) request. A checkpoint only for ``/metrics``.
+
+        ``headers`` are the request's; the page's policy reads ``Sec-Fetch-Site``.
+        """
         path = target.partition(b"?")[0].decode("ascii", "replace")
         known = path in ROUTES and (path != "/" or self.page is not None)
         self.counters.http_requests[path if known else "other"] += 1
@@ -225,7 +291,10 @@ class FrontDoor:
         match path:
             case "/":
                 assert self.page is not None
-                return Answer(200, self._page_headers, self.page)
+                gateway = chosen_gateway(target, headers)
+                if gateway is None:
+                    return Answer(200, self._page_headers, self.page)
+                return Answer(200, self._headers_for_page(gateway), self.page)
             case "/healthz":
                 return _text(200, "ok\n")
             case "/readyz":
@@ -386,7 +455,7 @@ async def serve_stream(
                     else:
                         front.counters.refused(RefusalCause.MALFORMED)
                 else:
-                    answer = await front.answer(request.method, request.target)
+                    answer = await front.answer(request.method, request.target, request.headers)
             if answer is not None:
                 await stream.send_all(_encode(conn, answer, head_only))
                 answered = True
