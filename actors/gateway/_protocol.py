@@ -699,7 +699,8 @@ def split_delta(
     """``chunk`` as consecutive deltas of the same block, each of ``size_of`` <= ``room``.
 
     Texts (``arguments_delta`` for tool calls) concatenate to the original;
-    a tool call's ``id`` and ``name`` stay on the first piece. A piece that
+    a tool call's ``id`` is on every piece (as on every fragment an adapter
+    sends) and its ``name`` on the first. A piece that
     cannot shrink further (one character) is returned as it is.
     """
     text = chunk.arguments_delta if isinstance(chunk, ToolCallDelta) else chunk.text
@@ -716,7 +717,7 @@ def split_delta(
             first = n == 0
             part = ToolCallDelta(
                 index=chunk.index,
-                id=chunk.id if first else None,
+                id=chunk.id,
                 name=chunk.name if first else None,
                 arguments_delta=piece,
             )
