@@ -314,17 +314,14 @@ class AnthropicStreamDecoder:
     # --- internals ---
 
     def _message_start(self, message: _Message) -> None:
-        if self._started:
-            if self._content or not message.id or message.id != self._message_id:
-                # One response is one message: another one, or one after content,
-                # would merge two answers (or a retried one) into the first one's blocks.
-                self._blocks.fail(
-                    ErrorCode.PROTOCOL, "a second message_start in one response stream"
-                )
-                return
-            # The same message announced again before any content (a proxy that
-            # repeats the start): it says nothing new, and its usage and stop
-            # reason merge as the first one's did.
+        # One response is one message: another one, or one after content, would
+        # merge two answers (or a retried one) into the first one's blocks. The
+        # same message announced again before any content (a proxy that repeats
+        # the start) says nothing new: its usage and stop reason merge as the
+        # first one's did.
+        if self._started and (self._content or not message.id or message.id != self._message_id):
+            self._blocks.fail(ErrorCode.PROTOCOL, "a second message_start in one response stream")
+            return
         self._started = True
         self._message_id, self._model = message.id, message.model
         if message.usage is not None:
