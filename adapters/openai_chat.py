@@ -165,7 +165,6 @@ class OpenAIChatAdapter(HttpAdapter):
             headers=headers,
             provider_kind=self._preset.kind,
             events=_OpenAIEvents(self._preset.dialect),
-            redactor=self.redactor(),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:

@@ -38,7 +38,6 @@ from llmrt import (
     DecodeError,
     DiscoveredModel,
     ErrorCode,
-    Finish,
     GenerateOptions,
     LlmError,
     ModelInfo,
@@ -118,7 +117,8 @@ class GatewayState:
     draining: bool = False
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
-    #: Removes the token (and credential-looking phrases) from every failure sent.
+    #: Removes the token (and credential-looking phrases) from metadata errors; call
+    #: failures come redacted from the runtime, which holds the token while serving.
     redactor: Redactor = attrs.field(init=False, repr=False)
     counters: GatewayCounters = attrs.field(factory=GatewayCounters)
     #: Which browser origins and Host names a handshake may carry.
@@ -565,23 +565,17 @@ class Connection:
             if self._pending_bytes > budget:
                 await self._wait_for_budget()
 
-        redactor = self.state.redactor
+        # Failures arrive redacted (the call task is the one redaction point, and
+        # the runtime holds this gateway's token): nothing to redact here.
         try:
             if request.attempt is None:
                 async with runtime.stream(options, signal=signal) as call:
                     async for chunk in call:
-                        # A failure travels only in the finish: redact it on its way out.
-                        await forward(redactor.finish(chunk) if type(chunk) is Finish else chunk)
+                        await forward(chunk)
             else:
                 async with runtime.stream_with_retry(options, policy=policy, signal=signal) as rc:
                     async for event in rc:
-                        if isinstance(event, AttemptChunk):
-                            await forward(redactor.chunk(event.chunk))
-                        else:
-                            failure = redactor.failure(event.failure)
-                            if failure is not event.failure:
-                                event = msgspec.structs.replace(event, failure=failure)
-                            await forward(event)
+                        await forward(event.chunk if isinstance(event, AttemptChunk) else event)
         except Exception as exc:
             # A middleware failed: the runtime raised it from the iteration.
             log.warning("call %r failed in middleware: %s", cid, type(exc).__name__)
