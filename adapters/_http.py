@@ -30,6 +30,7 @@ from llmrt import (
     StreamChunk,
     attribution_headers,
     close_on_stop,
+    looks_like_secret,
 )
 
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
@@ -139,15 +140,20 @@ def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
     appears in a message.
     """
     value = (os.environ if environ is None else environ).get(env_var)
+    # A "name" that looks like a key is one pasted in the wrong place: these
+    # messages reach every gateway client, so it is never repeated.
+    named = "named by api_key_env (a name that looks like a key)"
+    named = named if looks_like_secret(env_var) else env_var
     if not value:
         raise LlmError(
-            ErrorCode.MISSING_CREDENTIAL, f"no API key: the environment variable {env_var} is unset"
+            ErrorCode.MISSING_CREDENTIAL, f"no API key: the environment variable {named} is unset"
         )
     if not all("!" <= ch <= "~" for ch in value):
         raise LlmError(
             ErrorCode.INVALID_CREDENTIAL,
-            f"the API key in {env_var} is malformed: it must be one token of printable "
-            "ASCII characters, without spaces or line breaks",
+            f"the API key in {env_var if named is env_var else 'the variable ' + named} is "
+            "malformed: it must be one token of printable ASCII characters, without spaces "
+            "or line breaks",
         )
     return value
 

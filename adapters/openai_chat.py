@@ -65,7 +65,7 @@ from ._models import (
     fetch_entries,
 )
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
-from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
+from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset, unknown_preset
 from .plugin import (
     AdapterConfig,
     AdapterPlugin,
@@ -134,7 +134,7 @@ class OpenAIChatAdapter(HttpAdapter):
     def __attrs_post_init__(self) -> None:
         preset = find_preset(self.preset)
         if preset is None:
-            raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
+            raise ValueError(unknown_preset(self.preset))
         self._preset = preset
         self.base_url = self._open_client(
             self.base_url or preset.base_url or "",
@@ -375,7 +375,7 @@ class OpenAIChatConfig(HttpAdapterConfig, tag="openai_chat", frozen=True):
         preset = self.preset or "openai-compatible"
         found = find_preset(preset)
         if found is None:
-            return ("preset",), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}"
+            return ("preset",), unknown_preset(preset)
         if self.base_url is None and found.base_url is None:
             return (), f"preset {preset!r} needs `base_url` (the server's http(s) URL)"
         return None

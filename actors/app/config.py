@@ -53,6 +53,7 @@ from llmrt.adapters.plugin import (
 from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
 from .._runtime import LlmRuntime
 from .._topology import check_provider_name
+from ._config_secrets import hidden_values, refusal, scrub, secret_name_reason
 from ._schema import (
     GatewayTable,
     Path,
@@ -87,7 +88,6 @@ CONFIG_INVALID: Final = "CONFIG_INVALID"
 
 #: Seconds `register_config` spends undoing a partial registration.
 _CLEANUP_GRACE: Final = 5.0
-_SECRET_KEYS = frozenset({"api_key", "apikey", "api-key", "apiKey"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MSGSPEC_AT = re.compile(r"^(?P<reason>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
@@ -250,6 +250,8 @@ class _Context:
     file: str | None
     plugins: Plugins
     lines: dict[Path, int] = attrs.field(factory=dict)
+    #: The file's secret-looking strings: no error message ever holds one.
+    hidden: tuple[str, ...] = attrs.field(default=(), repr=False)
 
     def line_near(self, path: Path) -> int | None:
         """The line of ``path``, or of its nearest ancestor the locator found."""
@@ -262,7 +264,11 @@ class _Context:
     def error(self, path: Path, reason: str, *, code: str = CONFIG_INVALID) -> ConfigError:
         """A `ConfigError` at ``path``'s line; the reason ends with msgspec's ``- at `$...```."""
         at = f" - at `{format_path(path)}`" if path else ""
-        return ConfigError(self.file, self.line_near(path), reason + at, code=code)
+        return ConfigError(self.file, self.line_near(path), self.scrub(reason + at), code=code)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any secret-looking string of the file."""
+        return scrub(text, self.hidden) if self.hidden else text
 
     def line_of(self, path: Path) -> int | None:
         return self.lines.get(path)
@@ -358,7 +364,10 @@ def _parse(text: str, ctx: _Context) -> Any:
             message = message[: found.start()]
         raise ConfigError(ctx.file, line, f"TOML syntax error: {message}", column=col) from None
     ctx.lines = locate_lines(text)
-    _refuse_secrets(ctx, raw, ())
+    ctx.hidden = hidden_values(raw)
+    refused = refusal(raw)
+    if refused is not None:
+        raise ctx.error(*refused)
     _check_settings_tables(ctx, raw)
     configs = tuple(plugin.config for plugin in ctx.plugins.adapters.values())
     try:
@@ -382,22 +391,6 @@ def _too_deep_line(text: str) -> int:
         else:
             low = middle + 1
     return low + 1
-
-
-def _refuse_secrets(ctx: _Context, value: object, path: Path) -> None:
-    """Refuse any ``api_key``-like key anywhere, without ever echoing its value."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in _SECRET_KEYS:
-                raise ctx.error(
-                    (*path, key),
-                    f"`{key}` is refused: API keys do not belong in a file; put the key in an "
-                    'environment variable and name it with `api_key_env = "MY_API_KEY"`',
-                )
-            _refuse_secrets(ctx, item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _refuse_secrets(ctx, item, (*path, index))
 
 
 def _from_msgspec(
@@ -441,7 +434,7 @@ def _from_msgspec(
     # An unknown key is reported at its table; its own line is more useful.
     line = ctx.line_near((*path, unknown[1]) if unknown else path)
     where = f" - at `{format_path(path)}`" if path else ""
-    return ConfigError(ctx.file, line, reason + where, code=code)
+    return ConfigError(ctx.file, line, ctx.scrub(reason + where), code=code)
 
 
 def _check_settings_tables(ctx: _Context, raw: Mapping[str, Any]) -> None:
@@ -526,6 +519,8 @@ def _check_url(ctx: _Context, path: Path, url: str | None) -> None:
 
 
 def _check_key_env(ctx: _Context, path: Path, name: str | None) -> None:
+    if name is not None and llmrt.looks_like_secret(name):
+        raise ctx.error(path, secret_name_reason("api_key_env"))
     if name is not None and not _ENV_NAME.fullmatch(name):
         # Never echo it: a value that is not a variable name may be the key itself.
         raise ctx.error(
@@ -824,7 +819,10 @@ def describe(config: Config) -> list[str]:
     rows = []
     for spec in config.routes:
         kind = spec.adapter + (f"/{spec.preset}" if spec.preset else "")
-        if spec.api_key_env:
+        if spec.api_key_env and llmrt.looks_like_secret(spec.api_key_env):
+            # Only a route built in code gets here (the loader refuses it): never shown.
+            key = "key: (a variable name that looks like a key, not shown)"
+        elif spec.api_key_env:
             state = "set" if spec.api_key_env in config.keys_set else "NOT SET"
             key = f"key: ${spec.api_key_env} ({state})"
         else:
