@@ -36,7 +36,7 @@ from llmrt import (
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
 from ._h11lite import MalformedResponse, ResponseHead
-from ._transport import ResponseBody, TrioTransport
+from ._transport import PeerRefused, ResponseBody, TrioTransport
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -196,6 +196,9 @@ def translate_http_error(exc: httpx.HTTPError, endpoint: str | None = None) -> L
         return LlmError(ErrorCode.PROTOCOL, f"the provider sent malformed HTTP ({detail})")
     if isinstance(exc, httpx.RemoteProtocolError):
         return LlmError(ErrorCode.NETWORK, f"the provider broke the connection ({detail})")
+    if isinstance(exc, PeerRefused):
+        # A policy refusal, not a network failure: the same URL is refused again.
+        return LlmError(ErrorCode.INVALID_REQUEST, detail)
     return LlmError(
         ErrorCode.NETWORK,
         f"connection to the provider{f' at {endpoint}' if endpoint else _endpoint(exc)} "

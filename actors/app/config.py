@@ -41,6 +41,7 @@ import trio
 
 import llmrt
 from llmrt import AlwaysRetryPolicy, ErrorCode, NormalRetryPolicy, ResolvedRetryPolicy
+from llmrt._egress import base_url_problem
 from llmrt._nesting import MAX_NESTING, toml_too_deep
 from llmrt.adapters.plugin import (
     AdapterConfig,
@@ -500,6 +501,11 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
         raise ctx.error(
             ("gateway", "idle_timeout"), "idle_timeout must be a positive, finite number of seconds"
         )
+    if table.discover_allow_private and not table.discover_any_url:
+        raise ctx.error(
+            ("gateway", "discover_allow_private"),
+            "discover_allow_private applies to client-named URLs: it needs discover_any_url = true",
+        )
     if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
         raise ctx.error(
             ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"
@@ -516,6 +522,9 @@ def _check_idle(ctx: _Context, path: Path, timeout: float | None) -> float | Non
 def _check_url(ctx: _Context, path: Path, url: str | None) -> None:
     if url is not None and not url.startswith(("http://", "https://")):
         raise ctx.error(path, "base_url must start with http:// or https://")
+    problem = base_url_problem(url) if url is not None else None
+    if problem is not None:
+        raise ctx.error(path, problem)
 
 
 def _check_key_env(ctx: _Context, path: Path, name: str | None) -> None:

@@ -50,6 +50,7 @@ from llmrt import (
     TextDelta,
     ToolCallDelta,
 )
+from llmrt._egress import OUTBOUND
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
@@ -604,6 +605,9 @@ class Connection:
                         case DiscoverModelsFrame():
                             # The client's key for this interrogation: never in a reply.
                             redactor = redactor.with_secrets((frame.request.api_key,))
+                            if frame.request.base_url is not None:
+                                # A URL the client chose: where this task may connect.
+                                OUTBOUND.set(self.state.limits.outbound)
                             value = await runtime.discover_models(frame.settings_ns, frame.request)
                         case _:
                             assert_never(frame)
