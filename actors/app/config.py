@@ -64,6 +64,7 @@ from ._schema import (
     locate_lines,
     parse_path,
 )
+from ._suggest import hint, keys_at
 from .plugins import PLUGIN_ERROR, Plugins, installed
 
 __all__ = [
@@ -420,7 +421,11 @@ def _from_msgspec(
         if problem is not None:
             reason, code = problem, PLUGIN_ERROR
         else:
-            reason = f"unknown adapter {invalid['value']}; known: {', '.join(ctx.plugins.adapters)}"
+            meant = hint(kind, ctx.plugins.adapters, quote="'")
+            reason = (
+                f"unknown adapter {invalid['value']}{meant}; "
+                f"known: {', '.join(ctx.plugins.adapters)}"
+            )
     elif invalid and path and isinstance(path[-1], str):
         name = _CHOICE_NAMES.get(path[-1], path[-1])
         reason = f"unknown {name} {invalid['value']}"
@@ -432,6 +437,9 @@ def _from_msgspec(
                 f"`{key}` does not apply to adapter {entry['adapter']!r} "
                 f"(it applies to: {', '.join(users)})"
             )
+    if unknown and not reason.startswith(f"`{unknown[1]}` does not apply"):
+        configs = {kind: plugin.config for kind, plugin in ctx.plugins.adapters.items()}
+        reason += hint(unknown[1], keys_at(path, raw, configs))
     # An unknown key is reported at its table; its own line is more useful.
     line = ctx.line_near((*path, unknown[1]) if unknown else path)
     where = f" - at `{format_path(path)}`" if path else ""
@@ -609,10 +617,11 @@ def _file_routes(
         namespace = entry.namespace()
         known = [spec.name for spec in namespaces]
         if namespace is not None and namespace not in known:
+            meant = hint(namespace, known, quote="'")
             raise ctx.error(
                 (*at, "settings_ns"),
-                f"unknown settings namespace {namespace!r}: declare it with "
-                f"[settings.{namespace}] (known: {', '.join(known)})",
+                f"unknown settings namespace {namespace!r}{meant}: "
+                f"declare it with [settings.{namespace}] (known: {', '.join(known)})",
             )
         idle = idle if idle is not None else default_idle
         routes.append(_route_spec(entry, names, ctx.source(at), idle, retry=retry))
