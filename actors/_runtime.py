@@ -336,17 +336,6 @@ class LlmRuntime:
     def _start_attempt(self, options: GenerateOptions, signal: AbortSignal | None) -> Call:
         return self._stream(options, signal, None)
 
-    def redacting(self, secrets: Iterable[str | None]) -> AbstractContextManager[None]:
-        """A ``with`` block during which ``secrets`` are removed from every call's failure.
-
-        The one redaction point (docs/security.md, "Secrets") removes, from
-        each failure an adapter reports, the serving adapter's keys and the
-        values held here: a component holding a secret the adapters do not
-        know (``serve_gateway`` holds its token this way) registers it for
-        as long as it holds it. Values are never shown (not in a ``repr``).
-        """
-        return self._core.secrets.holding(secrets)
-
     def use(self, middleware: Middleware) -> None:
         """Add a middleware around every call started from now on (outermost last).
 
@@ -361,6 +350,17 @@ class LlmRuntime:
     def statistics(self) -> RuntimeStatistics:
         """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
         return self._core.statistics()
+
+    def redacting(self, secrets: Iterable[str | None]) -> AbstractContextManager[None]:
+        """A ``with`` block during which ``secrets`` are removed from every call's failure.
+
+        The one redaction point (docs/security.md, "Secrets") removes, from
+        each failure an adapter reports, the serving adapter's keys and the
+        values held here: a component holding a secret the adapters do not
+        know (``serve_gateway`` holds its token this way) registers it for
+        as long as it holds it. Values are never shown (not in a ``repr``).
+        """
+        return self._core.secrets.holding(secrets)
 
     # ---- registry ------------------------------------------------------------------------
 
