@@ -72,6 +72,7 @@ from ._prepare import (
     validated_model_info,
 )
 from ._registration import Registration
+from ._secrets import HeldSecrets
 from ._stats import CallSeries
 from ._stopper import Stopper
 from ._topology import Route
@@ -165,6 +166,8 @@ class CallHost(Protocol):
     watchdog: Watchdog
     #: Cancels stopped calls' work, in waves when thousands stop at once.
     stopper: Stopper
+    #: Secrets the process holds beyond the adapters' keys, removed from every failure.
+    secrets: HeldSecrets
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -267,6 +270,8 @@ class Call:
     _signal_key: int | None = attrs.field(default=None, init=False)
     _inner: AsyncIterator[StreamChunk] | None = attrs.field(default=None, init=False)
     _adapter_error: Exception | None = attrs.field(default=None, init=False)
+    #: True when middleware wraps the adapter: its failures are redacted in `_terminal`.
+    _chained: bool = attrs.field(default=False, init=False)
     #: trio time of the last progress (start, or last chunk from the adapter).
     _watch_last: float = attrs.field(default=0.0, init=False)
     #: True while the call waits on its consumer (idle time does not count).
@@ -629,6 +634,7 @@ class Call:
                 self._inner = opened
             return opened
         _CURRENT_CALL.set(self)  # the call task's own context
+        self._chained = True
         nxt: Next = self._innermost
         for middleware in reversed(middlewares):
             nxt = _link(middleware, nxt)
@@ -653,10 +659,24 @@ class Call:
         kind = type(finish.reason)
         if kind is FinishStop and not saw_block:
             return _error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
-        if kind is FinishError or kind is FinishAborted:
-            # The last pass: an adapter that forgot to redact still cannot leak its key.
-            return self._redactor().finish(finish)
+        if (kind is FinishError or kind is FinishAborted) and not self._chained:
+            # Straight from the adapter (no middleware): the one redaction point.
+            return self._scrub_finish(finish)
         return finish
+
+    def _scrub(self, failure: LlmFailure) -> LlmFailure:
+        """The one redaction point of an adapter's failure (docs/security.md, "Secrets").
+
+        The serving adapter's keys (`Adapter.redactor`), then the secrets the
+        process holds (`LlmRuntime.redacting`: a gateway's token), are removed
+        by value, whatever the adapter is (HTTP, plugin, scripted); nothing
+        after this point (middleware, consumer, gateway frames) redacts again.
+        """
+        return self._core.secrets.redactor.failure(self._redactor().failure(failure))
+
+    def _scrub_finish(self, finish: Finish) -> Finish:
+        """``finish`` with its failure through `_scrub` (the same object when clean)."""
+        return self._core.secrets.redactor.finish(self._redactor().finish(finish))
 
     def _redactor(self) -> Redactor:
         """The serving adapter's redactor (phrasings only before one was selected)."""
@@ -690,8 +710,14 @@ class Call:
 
     def _adapter_failed(self, exc: Exception) -> Finish:
         """The error finish for an exception the adapter raised (kept in `adapter_error`)."""
+        failure = failure_of(exc)
+        clean = self._scrub(failure)
+        if clean is not failure and isinstance(exc, LlmError):
+            # In-process diagnostics keep the adapter's error and where it was
+            # raised, but not a secret the one redaction point removed.
+            exc = LlmError.from_failure(clean).with_traceback(exc.__traceback__)
         self._adapter_error = exc
-        return Finish(reason=FinishError(failure=self._redactor().failure(failure_of(exc))))
+        return Finish(reason=FinishError(failure=clean))
 
     async def _open(self, options: GenerateOptions) -> AsyncIterator[StreamChunk] | Finish:
         """The innermost ``next`` opened: select the adapter, then start its stream."""
@@ -722,7 +748,8 @@ class Call:
             return
         try:
             async for chunk in source:
-                yield chunk
+                # The adapter's own finish is redacted before any middleware sees it.
+                yield self._scrub_finish(chunk) if type(chunk) is Finish else chunk
         except Exception as exc:
             yield self._adapter_failed(exc)
         finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
 
 import attrs
 import msgspec
@@ -58,6 +58,7 @@ from ._retry import (
     RetryCallContext,
     check_retry_after_cap,
 )
+from ._secrets import HeldSecrets
 from ._stats import CallSeries, ConnectionPool, RuntimeStatistics, StatsCounters
 from ._stopper import Stopper
 from ._topology import Discover, Route, Topology
@@ -118,6 +119,8 @@ class RuntimeCore:
     middlewares: tuple[Middleware, ...] = ()
     #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
     stopper: Stopper = attrs.field(factory=Stopper)
+    #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
+    secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     calls: set[Call] = attrs.field(factory=set)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
@@ -406,6 +409,17 @@ class LlmRuntime:
     def statistics(self) -> RuntimeStatistics:
         """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
         return self._core.statistics()
+
+    def redacting(self, secrets: Iterable[str | None]) -> AbstractContextManager[None]:
+        """A ``with`` block during which ``secrets`` are removed from every call's failure.
+
+        The one redaction point (docs/security.md, "Secrets") removes, from
+        each failure an adapter reports, the serving adapter's keys and the
+        values held here: a component holding a secret the adapters do not
+        know (``serve_gateway`` holds its token this way) registers it for
+        as long as it holds it. Values are never shown (not in a ``repr``).
+        """
+        return self._core.secrets.holding(secrets)
 
     # ---- registry ------------------------------------------------------------------------
 

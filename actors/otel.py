@@ -300,7 +300,7 @@ class OtelMiddleware:
                 attributes[USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
         if error is not None:
             attributes[ERROR_TYPE] = error
-            # The code only: a failure's message is redacted after middleware runs.
+            # The code only: a failure's message quotes the provider (redacted, but its text).
             span.set_status(Status(StatusCode.ERROR, error))
         span.set_attributes(attributes)
         span.end()

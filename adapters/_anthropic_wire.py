@@ -18,8 +18,10 @@ Shapes beside the plain stream: a ``tool_use`` whose complete ``input``
 arrives in ``content_block_start`` (programmatic tool calling) has that
 input, raw, as its arguments, and fragments after it are ignored; blocks
 carried whole in ``message_start.message.content`` are emitted, each opened
-and closed at once; a second ``message_start`` is a ``PROTOCOL`` error (one
-response is one message).
+and closed at once. One response is one message: a ``message_start`` that
+repeats the first one's ``id`` before any content block is harmless and
+tolerated; one with another id, without an id, or after a content block is a
+``PROTOCOL`` error.
 
 Replay envelope of a successful finish: ``response`` holds the message id,
 model, native stop reason and the request id; ``blocks`` has one entry per
@@ -224,11 +226,22 @@ class AnthropicStreamDecoder:
     the replay envelope. Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = ("_blocks", "_message_id", "_model", "_started", "_stop_reason", "_usage", "_whole")
+    __slots__ = (
+        "_blocks",
+        "_content",
+        "_message_id",
+        "_model",
+        "_started",
+        "_stop_reason",
+        "_usage",
+        "_whole",
+    )
 
     def __init__(self, *, request_id: str | None = None) -> None:
         self._blocks = BlockTracker(request_id=request_id, empty_arguments="{}")
         self._started = False
+        #: Whether a content block was seen (streamed, or inside ``message_start``).
+        self._content = False
         self._whole: set[int] = set()
         self._usage: dict[str, int] | None = None
         self._message_id: str | None = None
@@ -271,10 +284,13 @@ class AnthropicStreamDecoder:
             return blocks.take()
         match payload:
             case _BlockDelta():
+                self._content = True
                 self._delta(payload)
             case _BlockStart():
+                self._content = True
                 self._start(payload)
             case _BlockStop():
+                self._content = True
                 block = blocks.get(payload.index)
                 if block is not None:
                     blocks.close(block)
@@ -298,9 +314,12 @@ class AnthropicStreamDecoder:
     # --- internals ---
 
     def _message_start(self, message: _Message) -> None:
-        if self._started:
-            # One response is one message: a second one would merge two
-            # answers (or a retried one) into the first one's blocks.
+        # One response is one message: another one, or one after content, would
+        # merge two answers (or a retried one) into the first one's blocks. The
+        # same message announced again before any content (a proxy that repeats
+        # the start) says nothing new: its usage and stop reason merge as the
+        # first one's did.
+        if self._started and (self._content or not message.id or message.id != self._message_id):
             self._blocks.fail(ErrorCode.PROTOCOL, "a second message_start in one response stream")
             return
         self._started = True
@@ -313,6 +332,7 @@ class AnthropicStreamDecoder:
         # opened and closed at once, under its position as its stream index
         # (later streamed blocks continue the numbering).
         for position, block in enumerate(message.content or ()):
+            self._content = True
             state = self._open(position, block)
             if state is not None:
                 self._blocks.close(state)

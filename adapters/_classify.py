@@ -25,8 +25,9 @@ Anthropic's ``timeout_error`` maps to ``TIMEOUT``.
 
 Messages quote the provider's error text (truncated), never the raw body in
 full, never request headers; credential-looking phrases the provider echoes
-back are redacted here (`llmrt.Redactor` without secrets). The adapter, which
-knows its exact keys, redacts again with them (see ``_http.stream_events``).
+back are redacted here, before any cut (`llmrt.Redactor` without secrets).
+The exact keys are removed by value where the call receives the failure
+(the one redaction point, docs/security.md).
 """
 
 from __future__ import annotations

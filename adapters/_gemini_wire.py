@@ -29,6 +29,7 @@ and the last one wins.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
@@ -124,6 +125,8 @@ class _Chunk(msgspec.Struct, rename="camel"):
     error: dict[str, Any] | None = None
 
 
+log = logging.getLogger("llmrt.adapters.gemini")
+
 _decoder = msgspec.json.Decoder(_Chunk)
 _usage_decoder = msgspec.json.Decoder(_Usage)
 _BAD_JSON = (msgspec.DecodeError, msgspec.ValidationError)
@@ -148,6 +151,19 @@ _FILTERED: Final = frozenset(
 #: call, so these are the retryable ``SERVER_ERROR`` (not ``PROTOCOL``: the
 #: wire itself is fine, and not ``INVALID_REQUEST``: nothing in the request is wrong).
 _BAD_CALL: Final = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"})
+#: The other documented reasons that end a response without a usable answer:
+#: ``SERVER_ERROR`` (retryable). A reason not listed anywhere here is newer
+#: than this decoder: see `GeminiStreamDecoder`.
+_KNOWN_FAILED: Final = frozenset(
+    {
+        "OTHER",
+        "FINISH_REASON_UNSPECIFIED",
+        "IMAGE_OTHER",
+        "NO_IMAGE",
+        "TOO_MANY_TOOL_CALLS",
+        "MISSING_THOUGHT_SIGNATURE",
+    }
+)
 
 
 def _usage(raw: _Usage) -> TokenUsage:
@@ -181,8 +197,15 @@ class GeminiStreamDecoder:
     ``LANGUAGE``, ``IMAGE_*``) and a blocked prompt -> error
     ``INVALID_REQUEST``; ``MALFORMED_FUNCTION_CALL`` and
     ``UNEXPECTED_TOOL_CALL`` -> error ``SERVER_ERROR`` (retryable, see
-    ``_BAD_CALL``); ``OTHER`` and reasons this decoder does not know -> error
-    ``SERVER_ERROR`` naming the reason. Pure computation: no I/O.
+    ``_BAD_CALL``); ``OTHER`` and the other documented reasons of
+    ``_KNOWN_FAILED`` -> error ``SERVER_ERROR`` naming the reason. A reason
+    this decoder does not know is newer than it: the answer streamed so far
+    is kept, as ``STOP`` (tool-calls when it has a tool call; the
+    empty-response rule when it has no block), with a logged warning and
+    the native reason in the replay envelope. A payload that is valid JSON
+    but not a ``GenerateContentResponse`` (none of its fields) is a
+    ``PROTOCOL`` error finish. Pure computation: no I/O (one log line for
+    an unknown reason).
     """
 
     __slots__ = (
@@ -225,6 +248,22 @@ class GeminiStreamDecoder:
             return t.take()
         if chunk.error is not None:
             t.fail_with(classify_stream_error("gemini", {"error": chunk.error}))
+            return t.take()
+        if (
+            chunk.candidates is None
+            and not chunk.usage_metadata
+            and chunk.prompt_feedback is None
+            and chunk.response_id is None
+            and chunk.model_version is None
+        ):
+            # Valid JSON, but none of a GenerateContentResponse's fields (a
+            # chat-completions chunk from a misrouted proxy, say): the same
+            # endpoint would send it again, so it is not a broken connection.
+            t.fail(
+                ErrorCode.PROTOCOL,
+                "the provider sent JSON that is not a GenerateContentResponse "
+                "(no candidates, usageMetadata, promptFeedback or error)",
+            )
             return t.take()
         if chunk.usage_metadata:
             self._usage = chunk.usage_metadata
@@ -367,9 +406,23 @@ class GeminiStreamDecoder:
                 ErrorCode.SERVER_ERROR,
                 f"the model produced a tool call the provider rejected (finishReason {reason})",
             )
-        return t.failure(
-            ErrorCode.SERVER_ERROR, f"the provider stopped the response (finishReason {reason})"
+        if reason in _KNOWN_FAILED:
+            return t.failure(
+                ErrorCode.SERVER_ERROR,
+                f"the provider stopped the response (finishReason {reason})",
+            )
+        # A reason newer than this decoder, after the answer was streamed: the
+        # answer is kept (a retry would throw it away), as Anthropic's unknown
+        # stop reasons are, and the native reason stays in the replay envelope.
+        # Without any block the empty-response rule still makes it an error.
+        log.warning(
+            "Gemini ended a response with finishReason %.60r, which llmrt does not know; "
+            "treating it as STOP",
+            reason,
         )
+        if any(block.kind == "tool-call" for block in t.blocks):
+            return FinishToolCalls()
+        return FinishStop()
 
 
 # --- request body -------------------------------------------------------------

@@ -24,19 +24,19 @@ import trio
 
 from llmrt import (
     ErrorCode,
-    Finish,
     LlmError,
     LlmFailure,
     Redactor,
     StreamChunk,
     attribution_headers,
     close_on_stop,
+    looks_like_secret,
 )
 
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
 from ._h11lite import MalformedResponse, ResponseHead
-from ._transport import ResponseBody, TrioTransport
+from ._transport import PeerRefused, ResponseBody, TrioTransport
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -140,15 +140,20 @@ def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
     appears in a message.
     """
     value = (os.environ if environ is None else environ).get(env_var)
+    # A "name" that looks like a key is one pasted in the wrong place: these
+    # messages reach every gateway client, so it is never repeated.
+    named = "named by api_key_env (a name that looks like a key)"
+    named = named if looks_like_secret(env_var) else env_var
     if not value:
         raise LlmError(
-            ErrorCode.MISSING_CREDENTIAL, f"no API key: the environment variable {env_var} is unset"
+            ErrorCode.MISSING_CREDENTIAL, f"no API key: the environment variable {named} is unset"
         )
     if not all("!" <= ch <= "~" for ch in value):
         raise LlmError(
             ErrorCode.INVALID_CREDENTIAL,
-            f"the API key in {env_var} is malformed: it must be one token of printable "
-            "ASCII characters, without spaces or line breaks",
+            f"the API key in {env_var if named is env_var else 'the variable ' + named} is "
+            "malformed: it must be one token of printable ASCII characters, without spaces "
+            "or line breaks",
         )
     return value
 
@@ -191,6 +196,9 @@ def translate_http_error(exc: httpx.HTTPError, endpoint: str | None = None) -> L
         return LlmError(ErrorCode.PROTOCOL, f"the provider sent malformed HTTP ({detail})")
     if isinstance(exc, httpx.RemoteProtocolError):
         return LlmError(ErrorCode.NETWORK, f"the provider broke the connection ({detail})")
+    if isinstance(exc, PeerRefused):
+        # A policy refusal, not a network failure: the same URL is refused again.
+        return LlmError(ErrorCode.INVALID_REQUEST, detail)
     return LlmError(
         ErrorCode.NETWORK,
         f"connection to the provider{f' at {endpoint}' if endpoint else _endpoint(exc)} "
@@ -253,17 +261,17 @@ async def open_event_stream(
     body: bytes,
     headers: Mapping[str, str],
     provider_kind: str,
-    redactor: Redactor | None = None,
 ) -> AsyncIterator[httpx.Response]:
     """POST ``body`` and yield the streaming response once it is a 2xx event stream.
 
     Raises `LlmError`: the classified failure for an error status, ``PROTOCOL``
     for a success that is not ``text/event-stream`` (an HTML page from a
-    proxy, say), or a translated transport error. Messages quoting the body
-    pass through ``redactor`` (default: credential-looking phrases only). The
-    response is closed on exit, however it is left.
+    proxy, say), or a translated transport error. Messages quote the body
+    through the classifier (bounded, credential-looking phrases removed); the
+    adapter's keys are removed by value where the call receives the failure
+    (the one redaction point, ``llmrt.actors._call``). The response is closed
+    on exit, however it is left.
     """
-    redactor = redactor if redactor is not None else Redactor()
     request = client.build_request("POST", path, content=body, headers=headers)
     try:
         response = await client.send(request, stream=True)
@@ -271,7 +279,7 @@ async def open_event_stream(
         raise translate_http_error(exc) from None
     try:
         if response.status_code >= 300 or not _is_event_stream(response.headers):
-            await _refuse(response, provider_kind, redactor)
+            await _refuse(response, provider_kind)
         yield response
     finally:
         await response.aclose()
@@ -281,7 +289,7 @@ def _is_event_stream(headers: Mapping[str, str]) -> bool:
     return "text/event-stream" in headers.get("content-type", "").lower()
 
 
-async def _refuse(response: httpx.Response, provider_kind: str, redactor: Redactor) -> NoReturn:
+async def _refuse(response: httpx.Response, provider_kind: str) -> NoReturn:
     """Raise the `LlmError` for a response that is not a 2xx event stream (body read, bounded)."""
     try:
         raw = await _read_bounded(response)
@@ -289,20 +297,37 @@ async def _refuse(response: httpx.Response, provider_kind: str, redactor: Redact
         raw = b""
     status = response.status_code
     if status >= 300:
-        raise redactor.error(
-            LlmError.from_failure(classify_http_error(provider_kind, status, response.headers, raw))
+        raise LlmError.from_failure(
+            classify_http_error(provider_kind, status, response.headers, raw)
         )
     failure = _json_error_failure(provider_kind, status, response.headers, raw)
     if failure is not None:
-        raise redactor.error(LlmError.from_failure(failure))
-    # Redacted before the cut, which could split a secret.
-    snippet = redactor.redact(raw.decode("utf-8", "replace"))[:120].strip()
+        raise LlmError.from_failure(failure)
     content_type = response.headers.get("content-type", "")
     raise LlmError(
         ErrorCode.PROTOCOL,
         f"expected an event stream, got {content_type or 'no content type'} "
-        f"with HTTP {status}: {snippet!r}",
+        f"with HTTP {status}: {_snippet(raw)}",
     )
+
+
+#: Characters of a non-event-stream body quoted in its failure.
+_SNIPPET_CHARS = 120
+#: Credential-looking phrases only (a value: immutable, shared).
+_PHRASES = Redactor()
+
+
+def _snippet(raw: bytes) -> str:
+    """The start of ``raw`` as one line, credential-looking phrases removed, last in a message.
+
+    Cut after the phrasings are removed (a cut could split one), and marked
+    with an ellipsis at the very end of the message, where the one redaction
+    point finds the start of a key the cut split (`llmrt.Redactor`).
+    """
+    text = " ".join(_PHRASES.redact(raw.decode("utf-8", "replace")).split())
+    if len(text) <= _SNIPPET_CHARS:
+        return text or "(empty body)"
+    return text[:_SNIPPET_CHARS] + "\u2026"
 
 
 #: How long to wait for the end of a body after the provider's end-of-stream marker.
@@ -399,28 +424,24 @@ def stream_events(
     headers: Mapping[str, str],
     provider_kind: str,
     events: EventFeed,
-    redactor: Redactor | None = None,
 ) -> AsyncGenerator[StreamChunk, None]:
     """POST ``body`` and stream the chunks ``events`` decodes from the response.
 
     The read that completes the stream is held until the rest of the body is
     read (`finish_body`), so the connection goes back to the pool. Raises
     `LlmError` as `open_event_stream` does, and for transport errors mid-body.
-    Every failure quoting the provider, raised or in-band, leaves through
-    ``redactor`` (default: credential-looking phrases only).
+    Failures are not redacted by value here: the call that iterates the
+    stream does it once, with the adapter's `redactor` (docs/security.md).
 
     On the default transport (`TrioTransport`) the exchange skips httpx's
     request and response objects and stream wrappers (`_direct_events`);
     any other transport (``httpx.MockTransport``, HTTP/2, a proxy) goes
     through ``client.send`` as usual. Both produce the same chunks and errors.
     """
-    redactor = redactor if redactor is not None else Redactor()
     transport = client._transport  # httpx keeps the transport it was given here
     if type(transport) is TrioTransport:
-        return _direct_events(
-            client, transport, path, body, headers, provider_kind, events, redactor
-        )
-    return _client_events(client, path, body, headers, provider_kind, events, redactor)
+        return _direct_events(client, transport, path, body, headers, provider_kind, events)
+    return _client_events(client, path, body, headers, provider_kind, events)
 
 
 async def _client_events(
@@ -430,11 +451,10 @@ async def _client_events(
     headers: Mapping[str, str],
     provider_kind: str,
     events: EventFeed,
-    redactor: Redactor,
 ) -> AsyncGenerator[StreamChunk, None]:
     """`stream_events` through ``client.send`` (any transport)."""
     async with open_event_stream(
-        client, path, body=body, headers=headers, provider_kind=provider_kind, redactor=redactor
+        client, path, body=body, headers=headers, provider_kind=provider_kind
     ) as response:
         try:
             async with aclosing(body_reads(response)) as reads:
@@ -446,14 +466,14 @@ async def _client_events(
                         raise _too_deep() from None
                     if events.finished:
                         await finish_body(reads)
-                        for chunk in _redact_last(chunks, redactor):
+                        for chunk in chunks:
                             yield chunk
                         return
                     for chunk in chunks:
                         yield chunk
         except httpx.HTTPError as exc:
             raise translate_http_error(exc) from None
-    for chunk in _redact_last(events.end(), redactor):
+    for chunk in events.end():
         yield chunk
 
 
@@ -539,7 +559,6 @@ async def _direct_events(
     headers: Mapping[str, str],
     provider_kind: str,
     events: EventFeed,
-    redactor: Redactor,
 ) -> AsyncGenerator[StreamChunk, None]:
     """`stream_events` straight on `TrioTransport`: one generator from request to chunks.
 
@@ -573,7 +592,7 @@ async def _direct_events(
             response = httpx.Response(
                 status_code=response_head.status, headers=response_head.headers, stream=stream
             )
-            await _refuse(response, provider_kind, redactor)
+            await _refuse(response, provider_kind)
         coding = _header(response_head, b"content-encoding")
         inflater = inflater_for({"content-encoding": coding}) if coding else None
         try:
@@ -594,7 +613,7 @@ async def _direct_events(
                     if events.finished:
                         if not stream.done:
                             await _finish_direct(stream, inflater)
-                        for chunk in _redact_last(chunks, redactor):
+                        for chunk in chunks:
                             yield chunk
                         return
                     for chunk in chunks:
@@ -603,7 +622,7 @@ async def _direct_events(
             raise translate_http_error(exc) from None
     finally:
         stream.close()
-    for chunk in _redact_last(events.end(), redactor):
+    for chunk in events.end():
         yield chunk
 
 
@@ -621,10 +640,3 @@ async def _finish_direct(stream: ResponseBody, inflater: BoundedInflater | None)
                         await trio.lowlevel.checkpoint()
         except (LlmError, httpx.HTTPError):
             pass
-
-
-def _redact_last(chunks: list[StreamChunk], redactor: Redactor) -> list[StreamChunk]:
-    """The decoders put a failure only in the terminal finish, the last chunk they return."""
-    if chunks and type(chunks[-1]) is Finish:
-        chunks[-1] = redactor.chunk(chunks[-1])
-    return chunks

@@ -2,10 +2,12 @@
 
 The transport settings (HTTP/2, timeouts, pool limits, a replacement
 transport for tests, TLS context), the environment the key is read from, the
-route's retry policy, one `httpx.AsyncClient` per adapter, redaction of the
-key it sends, the pool figures the metrics read, and closing. A concrete
-adapter declares its own ``base_url``, ``api_key_env``, model table and wire
-decoding, and calls `HttpAdapter._open_client` once its ``base_url`` is final.
+route's retry policy, one `httpx.AsyncClient` per adapter, the `Redactor`
+of the key it sends (which the runtime applies to every call's failure, and
+this class to model-list errors, which are not calls), the pool figures the
+metrics read, and closing. A concrete adapter declares its own ``base_url``,
+``api_key_env``, model table and wire decoding, and calls
+`HttpAdapter._open_client` once its ``base_url`` is final.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ class HttpAdapter(Adapter):
         return key_env
 
     async def _fetch_models(self, path: str, **kwargs: Any) -> tuple[ModelInfo, ...]:
-        """`fetch_models` on the adapter's client, its failures redacted like a call's."""
+        """`fetch_models` on the adapter's client, its key removed from failures.
+
+        Not a call, so not behind the call's redaction point: redacted here.
+        """
         try:
             return await fetch_models(self._client, path, **kwargs)
         except LlmError as exc:

@@ -14,14 +14,17 @@ provider branches.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 import attrs
 
+from llmrt import looks_like_secret
+
 from ._openai_wire import DIALECTS, Dialect
 from .plugin import MaxTokensField, ModelSpec
 
-__all__ = ["Preset", "PRESETS", "PRESET_ALIASES", "find_preset"]
+__all__ = ["Preset", "PRESETS", "PRESET_ALIASES", "find_preset", "unknown_preset"]
 
 
 @attrs.frozen
@@ -249,3 +252,14 @@ PRESET_ALIASES: Mapping[str, str] = {"deepseek": "deepseek-official"}
 def find_preset(name: str) -> Preset | None:
     """The preset called `name` (or one of its `PRESET_ALIASES`), or None."""
     return PRESETS.get(PRESET_ALIASES.get(name, name))
+
+
+def unknown_preset(name: str) -> str:
+    """Why ``name`` is no preset: the known names, the closest one; never a key-like value."""
+    known = ", ".join(PRESETS)
+    if looks_like_secret(name):
+        # A pasted key in the wrong place: say so without repeating it.
+        return f"the preset looks like an API key, not a preset name (not shown); known: {known}"
+    close = difflib.get_close_matches(name, [*PRESETS, *PRESET_ALIASES], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown preset {name!r}{hint}; known: {known}"

@@ -79,6 +79,8 @@ class _Item(msgspec.Struct):
 
 class _InputDetails(msgspec.Struct):
     cached_tokens: int | None = None
+    #: Tokens written to the prompt cache (GitHub Copilot's and gpt-5.x's usage carry it).
+    cache_write_tokens: int | None = None
 
 
 class _OutputDetails(msgspec.Struct):
@@ -141,12 +143,15 @@ _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "resp
 def _usage(raw: _Usage) -> TokenUsage:
     details = raw.input_tokens_details
     cached = details.cached_tokens if details is not None else None
+    written = details.cache_write_tokens if details is not None else None
     output = raw.output_tokens_details
     return TokenUsage(
-        # input_tokens includes the cached part; llmrt's counts are disjoint.
-        input_tokens=max(0, raw.input_tokens - (cached or 0)),
+        # input_tokens includes the cached and the cache-written parts; llmrt's
+        # counts are disjoint, so each is taken out of the uncached input.
+        input_tokens=max(0, raw.input_tokens - (cached or 0) - (written or 0)),
         output_tokens=raw.output_tokens,
         cache_read_tokens=cached,
+        cache_write_tokens=written,
         reasoning_tokens=output.reasoning_tokens if output is not None else None,
     )
 

@@ -52,6 +52,8 @@ import attrs
 import httpx
 import trio
 
+from llmrt._egress import OUTBOUND, is_public_address
+
 from ._h11lite import (
     Decoder,
     MalformedResponse,
@@ -62,7 +64,7 @@ from ._h11lite import (
     request_head,
 )
 
-__all__ = ["ResponseBody", "TrioTransport"]
+__all__ = ["PeerRefused", "ResponseBody", "TrioTransport"]
 
 #: The most bytes one network read asks for.
 RECEIVE_BYTES: Final = 64 * 1024
@@ -94,6 +96,10 @@ async def _open_tcp(host: str, port: int) -> trio.SocketStream:
         sock.close()
         raise
     return trio.SocketStream(sock)
+
+
+class PeerRefused(httpx.ConnectError):
+    """The connection reached an address the request's `llmrt._egress.OutboundPolicy` refuses."""
 
 
 def _stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
@@ -607,6 +613,8 @@ class TrioTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._release_slot()
             raise
+        if OUTBOUND.get() is not None:  # a request another party named: where did it go?
+            self._check_peer(conn)
         replayable = isinstance(body, bytes)
         while True:
             self._active.add(conn)
@@ -637,6 +645,33 @@ class TrioTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 self._release_slot()
                 raise
+            if OUTBOUND.get() is not None:
+                self._check_peer(conn)
+
+    def _check_peer(self, conn: _Connection) -> None:
+        """Refuse ``conn`` when the request's policy forbids the address it is connected to.
+
+        The address actually connected to, not one resolved before: a name
+        that resolved to a public address when it was checked and to a
+        private one when connecting (DNS rebinding) is caught here. A pooled
+        connection is checked again when a restricted request takes it.
+        Refused: the connection is closed and its slot returned. No I/O.
+        """
+        policy = OUTBOUND.get()
+        if policy is None or policy.allow_private:
+            return
+        try:
+            peer = str(conn.socket_stream.socket.getpeername()[0])
+        except OSError:
+            peer = ""
+        if is_public_address(peer):
+            return
+        conn.close()
+        self._release_slot()
+        raise PeerRefused(
+            "the connection reached a loopback, private or link-local address, which a "
+            "client-named URL may not reach (discover_allow_private)"
+        )
 
     async def _exchange(
         self,

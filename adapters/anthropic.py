@@ -132,7 +132,6 @@ class AnthropicAdapter(HttpAdapter):
             headers=headers,
             provider_kind="anthropic",
             events=_AnthropicEvents(),
-            redactor=self.redactor(),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:

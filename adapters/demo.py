@@ -243,7 +243,8 @@ class DemoAdapter(Adapter):
                 spent += 1
                 yield ToolCallDelta(
                     index=index,
-                    id=call_id if n == 0 else None,
+                    # The id on every fragment, as the HTTP adapters send it.
+                    id=call_id,
                     name=tool.name if n == 0 else None,
                     arguments_delta=fragment,
                 )

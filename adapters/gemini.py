@@ -178,7 +178,6 @@ class GeminiAdapter(HttpAdapter):
             headers=headers,
             provider_kind="gemini",
             events=_GeminiEvents(),
-            redactor=self.redactor(),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:

@@ -49,6 +49,7 @@ from llmrt import (
     ResolvedRetryPolicy,
     StreamChunk,
 )
+from llmrt._egress import base_url_problem
 
 from ._http import (
     SSEFeed,
@@ -65,7 +66,8 @@ from ._models import (
     fetch_entries,
 )
 from ._openai_wire import Dialect, OpenAIStreamDecoder, build_openai_body
-from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset
+from ._outbound import check_destination, relayable
+from ._presets import PRESET_ALIASES, PRESETS, Preset, find_preset, unknown_preset
 from .plugin import (
     AdapterConfig,
     AdapterPlugin,
@@ -134,7 +136,7 @@ class OpenAIChatAdapter(HttpAdapter):
     def __attrs_post_init__(self) -> None:
         preset = find_preset(self.preset)
         if preset is None:
-            raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
+            raise ValueError(unknown_preset(self.preset))
         self._preset = preset
         self.base_url = self._open_client(
             self.base_url or preset.base_url or "",
@@ -165,7 +167,6 @@ class OpenAIChatAdapter(HttpAdapter):
             headers=headers,
             provider_kind=self._preset.kind,
             events=_OpenAIEvents(self._preset.dialect),
-            redactor=self.redactor(),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:
@@ -294,6 +295,9 @@ class EndpointDiscovery:
             if key is None and configured.api_key_env:
                 key = read_api_key(configured.api_key_env, self.environ)
         elif request.base_url is not None:
+            problem = base_url_problem(request.base_url)
+            if problem is not None:
+                raise LlmError(ErrorCode.INVALID_REQUEST, f"baseURL: {problem}")
             base_url, api, key = request.base_url, request.api or self.api, request.api_key
         else:
             named = f" {request.provider!r}" if request.provider is not None else ""
@@ -312,12 +316,20 @@ class EndpointDiscovery:
 
     async def __call__(self, request: ModelDiscoveryRequest) -> tuple[DiscoveredModel, ...]:
         redactor = Redactor((request.api_key,))
+        # A client-named endpoint (``baseURL``), not a configured one: it may be
+        # anywhere (`llmrt._egress`), and its error bodies are never relayed.
+        named = request.base_url is not None
         try:
             base_url, api, key = self._endpoint(request)
             redactor = redactor.with_secrets((key,))
+            if named:
+                with trio.move_on_after(self.timeout) as scope:
+                    await check_destination(base_url)
+                if scope.cancelled_caught:
+                    raise LlmError(ErrorCode.TIMEOUT, "the endpoint's host did not resolve in time")
             return await self._ask(base_url, api, key)
         except LlmError as exc:
-            raise redactor.error(exc) from None
+            raise redactor.error(relayable(exc) if named else exc) from None
 
     async def _ask(self, base_url: str, api: str, key: str | None) -> tuple[DiscoveredModel, ...]:
         headers = {"Accept": "application/json"}
@@ -376,7 +388,7 @@ class OpenAIChatConfig(HttpAdapterConfig, tag="openai_chat", frozen=True):
         preset = self.preset or "openai-compatible"
         found = find_preset(preset)
         if found is None:
-            return ("preset",), f"unknown preset {preset!r}; known: {', '.join(PRESETS)}"
+            return ("preset",), unknown_preset(preset)
         if self.base_url is None and found.base_url is None:
             return (), f"preset {preset!r} needs `base_url` (the server's http(s) URL)"
         return None

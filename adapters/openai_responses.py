@@ -143,7 +143,6 @@ class OpenAIResponsesAdapter(HttpAdapter):
             headers=headers,
             provider_kind="openai",
             events=_ResponsesEvents(),
-            redactor=self.redactor(),
         )
 
     def provider_info(self, provider: str) -> ProviderInfo:

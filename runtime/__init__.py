@@ -86,6 +86,7 @@ from ._image_route import ImageRequestPricing as ImageRequestPricing
 from ._image_route import project_request_images as project_request_images
 from ._redact import REDACTED as REDACTED
 from ._redact import Redactor as Redactor
+from ._redact import looks_like_secret as looks_like_secret
 from ._request import CallConfigDefaults as CallConfigDefaults
 from ._request import ConfigurableProvider as ConfigurableProvider
 from ._request import DiscoveredModel as DiscoveredModel
@@ -212,6 +213,7 @@ __all__ = [
     "ReasoningEffortInfo",
     "REDACTED",
     "Redactor",
+    "looks_like_secret",
     "ReplayEnvelope",
     "ResolvedModelInfo",
     "ResolvedRetryPolicy",

@@ -25,8 +25,9 @@ class Adapter(abc.ABC):
     * a failure either raises (ideally `LlmError`) or ends the stream with an
       ``error``/``aborted`` finish carrying an `LlmFailure`;
     * every HTTP request carries `attribution_headers()`;
-    * no secret it holds reaches a failure message, a log line or a ``repr``
-      (build a `Redactor` from the keys and override `redactor`).
+    * no secret it holds reaches a log line or a ``repr``, and it declares
+      its keys (build a `Redactor` from them and override `redactor`): the
+      runtime removes them from every failure of its calls.
 
     Cancellation is structured: the runtime iterates `stream` in its own task
     and cancels it, then closes the iterator, so an adapter releases its
@@ -59,9 +60,11 @@ class Adapter(abc.ABC):
     def redactor(self) -> Redactor:
         """What removes this adapter's secrets (its API keys) from failure messages.
 
-        The runtime applies it to the failure of every call this adapter
-        serves, behind the adapter's own redaction, so a message that slipped
-        through still loses the key. Default: credential-looking phrases only.
+        The runtime applies it, once, to the failure of every call this
+        adapter serves, raised or in an ``error``/``aborted`` finish, where
+        the call receives it: before middleware, consumers or gateway frames
+        see it (the one redaction point). Default: credential-looking
+        phrases only.
         Not a checkpoint; never raises.
         """
         return Redactor()

@@ -17,6 +17,7 @@ secrets). Its ``repr`` shows how many secrets it holds, never them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import urllib.parse
@@ -28,7 +29,7 @@ import msgspec
 from ._chunks import Finish, FinishAborted, FinishError, StreamChunk
 from ._errors import LlmError, LlmFailure
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = ["REDACTED", "Redactor", "looks_like_secret"]
 
 #: What a removed secret is replaced with.
 REDACTED = "[redacted]"
@@ -48,8 +49,70 @@ _ASSIGNED = re.compile(_KEYWORD + r"\s*[:=]\s*[\"']?\s*(?:bearer\s+)?)" + _VALUE
 # A keyword and a space only ("Bearer ...", "token ..."): the value must hold a
 # digit, so prose such as "token limit" or "Bearer required" stays readable.
 _SPACED = re.compile(_KEYWORD + r"\s+(?:bearer\s+)?)(?=[A-Za-z0-9._~+/=\-]*[0-9])" + _VALUE)
-# Provider key shapes quoted bare: OpenAI/DeepSeek ``sk-...``, Anthropic ``sk-ant-...``.
+# Provider key shapes quoted bare: OpenAI/DeepSeek ``sk-...``, Anthropic ``sk-ant-...``
+# (the other documented prefixes are `_PREFIXED`'s).
 _KEY_SHAPE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_*\-]{8,}")
+
+# Key prefixes providers document (case matters): Groq ``gsk_``, Fireworks
+# ``fw_``, xAI ``xai-``, Cerebras ``csk-``, Perplexity ``pplx-``, NVIDIA
+# ``nvapi-``, Hugging Face ``hf_``, Replicate ``r8_``, GitHub ``ghp_``/
+# ``github_pat_`` and co., GitLab ``glpat-``, Together ``tgp_v1_``, Stripe-like
+# ``sk_live_``/``sk_test_``; then a random run of 16 or more characters.
+_PREFIXED = re.compile(
+    r"(?<![A-Za-z0-9])(?:gsk_|fw_|xai-|csk-|pplx-|nvapi-|hf_|r8_|gh[pousr]_|github_pat_|glpat-|tgp_v1_"
+    r"|[sr]k_(?:live|test)_|sk-|pk-|rk-)(?P<rest>[A-Za-z0-9_\-]{16,})"
+)
+# Google API keys (``AIza`` and 35 more) and AWS access key ids (``AKIA``/``ASIA`` and 16).
+_FIXED = re.compile(r"(?<![A-Za-z0-9])(?:AIza[0-9A-Za-z_\-]{35}|(?:AKIA|ASIA)[A-Z0-9]{16})")
+# A run of letters and digits long enough to be a random key.
+_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def _classes(text: str) -> tuple[int, int]:
+    """(how many of lower case, upper case and digits ``text`` has, how often it switches)."""
+    kinds = [0 if c.islower() else 1 if c.isupper() else 2 for c in text]
+    switches = sum(1 for a, b in itertools.pairwise(kinds) if a != b)
+    return len(set(kinds)), switches
+
+
+def _random_looking(run: str) -> bool:
+    """Whether a run of letters and digits switches kind as often as a random key does.
+
+    A random base-62 or hex string switches between lower case, upper case
+    and digits at about half of its positions; words and UPPER_SNAKE names
+    (even CamelCase ones with a year in them) switch a few times at most.
+    """
+    kinds, switches = _classes(run)
+    return kinds >= 2 and switches * 4 >= len(run)
+
+
+def _random_rest(rest: str) -> bool:
+    """Whether what follows a key prefix is random text (a digit, or both cases), not a word."""
+    return any(c.isdigit() for c in rest) or (rest.lower() != rest and rest.upper() != rest)
+
+
+def _prefixed_key(found: re.Match[str]) -> str:
+    return REDACTED if _random_rest(found["rest"]) else found[0]
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether ``value`` looks like an API key or token rather than a name.
+
+    True for a documented key prefix followed by a random-looking run
+    (``gsk_...``, ``fw_...``, ``xai-...``, ``sk-...``, ``AIza...``, ...) and
+    for any run of 20 or more letters and digits that mixes lower case,
+    upper case and digits the way random text does. Names such as
+    ``GROQ_API_KEY``, ``deepseek-official`` or ``MyCompanyKey2024`` are not.
+    Used to refuse such values where a name belongs (``api_key_env``,
+    ``preset``) without echoing them. Pure; never raises.
+    """
+    if not isinstance(value, str) or len(value) < 16:
+        return False
+    if any(_random_rest(found["rest"]) for found in _PREFIXED.finditer(value)):
+        return True
+    if _FIXED.search(value):
+        return True
+    return any(_random_looking(run) for run in _RUN.findall(value))
 
 
 def _variants(secret: str) -> tuple[str, ...]:
@@ -104,7 +167,9 @@ class Redactor:
             text = self._cut_tail(self._exact.sub(REDACTED, text))
         text = _ASSIGNED.sub(r"\1" + REDACTED, text)
         text = _SPACED.sub(r"\1" + REDACTED, text)
-        return _KEY_SHAPE.sub(REDACTED, text)
+        text = _KEY_SHAPE.sub(REDACTED, text)
+        text = _PREFIXED.sub(_prefixed_key, text)
+        return _FIXED.sub(REDACTED, text)
 
     def _cut_tail(self, text: str) -> str:
         """Remove the start of a secret where a message was cut short (``…`` or not)."""

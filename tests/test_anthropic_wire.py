@@ -555,3 +555,43 @@ def test_empty_tool_arguments_are_an_empty_object() -> None:
         conversation(messages=(message,)), image_input=True, default_max_tokens=10
     )
     assert body["messages"][0]["content"][0]["input"] == {}
+
+
+def _start(message_id: str | None, **message: Any) -> tuple[str, Any]:
+    return ("message_start", {"type": "message_start", "message": {"id": message_id, **message}})
+
+
+def test_a_repeated_message_start_before_any_content_is_tolerated() -> None:
+    # Issue 21, finding 11: the same message announced twice before its first
+    # block was refused PROTOCOL; it is harmless.
+    usage = {"input_tokens": 20, "output_tokens": 1}
+    pairs = [
+        _start("msg_1", usage=usage),
+        _start("msg_1", usage=usage),
+        *text_block(0, "Only answer"),
+        *stop("end_turn", {"output_tokens": 6}),
+    ]
+    chunks = decode_all(pairs)
+    check_invariants(chunks)
+    assembler = assemble(chunks)
+    assert assembler.blocks() == (TextBlock(text="Only answer"),)
+    assert type(assembler.finish) is FinishStop
+    assert assembler.usage is not None and assembler.usage.input_tokens == 20
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        # Another message, before content.
+        [_start("msg_1"), _start("msg_2"), *text_block(0, "Second"), *stop("end_turn")],
+        # The same id, but after a content block: two answers would merge.
+        [_start("msg_1"), *text_block(0, "First"), _start("msg_1"), *stop("end_turn")],
+        # No id to compare: not known to be the same message.
+        [_start(None), _start(None), *text_block(0, "Second"), *stop("end_turn")],
+    ],
+    ids=["other-id", "after-content", "no-id"],
+)
+def test_other_second_message_starts_stay_protocol_errors(pairs: list[tuple[str, Any]]) -> None:
+    finish = decode_all(pairs)[-1]
+    assert type(finish) is Finish and type(finish.reason) is FinishError
+    assert finish.reason.failure.code == ErrorCode.PROTOCOL

@@ -353,7 +353,10 @@ async def test_a_gateway_that_allows_any_url_never_echoes_the_drafts_key(
     config = load_config(write(tmp_path, ""), environ={})
     async with (
         open_upstream(lambda request: echoing) as up,
-        configured_gateway(config, {}, discover_any_url=True) as server,
+        # The upstream is on loopback, which a client-named URL reaches only when allowed.
+        configured_gateway(
+            config, {}, discover_any_url=True, discover_allow_private=True
+        ) as server,
         open_gateway_client(server.url) as client,
     ):
         draft = ModelDiscoveryRequest(base_url=up.base_url + "/v1", api_key=KEY)

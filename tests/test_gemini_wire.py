@@ -69,7 +69,7 @@ def finish_of(chunks: list[StreamChunk]) -> Finish:
         ("MALFORMED_FUNCTION_CALL", ErrorCode.SERVER_ERROR),
         ("UNEXPECTED_TOOL_CALL", ErrorCode.SERVER_ERROR),
         ("OTHER", ErrorCode.SERVER_ERROR),
-        ("SOMETHING_NEW", ErrorCode.SERVER_ERROR),
+        ("TOO_MANY_TOOL_CALLS", ErrorCode.SERVER_ERROR),
     ],
 )
 def test_error_finish_reasons(reason: str, code: str) -> None:
@@ -78,6 +78,40 @@ def test_error_finish_reasons(reason: str, code: str) -> None:
     assert finish.reason.failure.code == code
     assert reason in finish.reason.failure.message
     assert finish.replay_state is None
+
+
+def test_an_unknown_finish_reason_after_the_answer_keeps_it_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Issue 21, finding 11: it used to be a retryable SERVER_ERROR that threw the answer away.
+    chunks = decode(payload([{"text": "partial"}]), payload(finish="SOMETHING_NEW"))
+    finish = finish_of(chunks)
+    assert type(finish.reason) is FinishStop
+    assert finish.replay_state is not None
+    assert finish.replay_state.response["finishReason"] == "SOMETHING_NEW"
+    assert "SOMETHING_NEW" in caplog.text and "does not know" in caplog.text
+    call = {"functionCall": {"name": "f", "args": {}}}
+    assert type(finish_of(decode(payload([call], "SOMETHING_NEW"))).reason) is FinishToolCalls
+    # Nothing streamed: still the empty-response error, not a success.
+    empty = finish_of(decode(payload([{"text": ""}], "SOMETHING_NEW")))
+    assert type(empty.reason) is FinishError
+    assert empty.reason.failure.code == ErrorCode.EMPTY_RESPONSE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"{}",
+        b'{"object": "chat.completion.chunk", "choices": [{"delta": {"content": "a"}}]}',
+        b'{"unexpected": true}',
+    ],
+)
+def test_json_that_is_not_a_generate_content_response_is_a_protocol_error(data: bytes) -> None:
+    # Issue 21, finding 11: it ended NETWORK (retried) although the body ended cleanly.
+    finish = finish_of(decode(data))
+    assert type(finish.reason) is FinishError
+    assert finish.reason.failure.code == ErrorCode.PROTOCOL
+    assert "GenerateContentResponse" in finish.reason.failure.message
 
 
 def test_success_finish_reasons() -> None:

@@ -68,6 +68,8 @@ class GatewayTable(_Table, frozen=True):
     max_frame_bytes: _Positive | None = None
     #: Let ``discover-models`` frames name any endpoint URL (off: configured endpoints only).
     discover_any_url: bool | None = None
+    #: With ``discover_any_url``: let those URLs reach loopback and private addresses.
+    discover_allow_private: bool | None = None
 
 
 @functools.cache

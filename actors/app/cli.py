@@ -747,8 +747,9 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
             value = getattr(table, name)
         if value is not None:
             settings[name] = value
-    if table.discover_any_url is not None:
-        settings["discover_any_url"] = table.discover_any_url
+    for name in ("discover_any_url", "discover_allow_private"):
+        if getattr(table, name) is not None:
+            settings[name] = getattr(table, name)
     return Limits(**settings)
 
 

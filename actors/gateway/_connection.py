@@ -38,7 +38,6 @@ from llmrt import (
     DecodeError,
     DiscoveredModel,
     ErrorCode,
-    Finish,
     GenerateOptions,
     LlmError,
     ModelInfo,
@@ -51,6 +50,7 @@ from llmrt import (
     TextDelta,
     ToolCallDelta,
 )
+from llmrt._egress import OUTBOUND
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
@@ -118,7 +118,8 @@ class GatewayState:
     draining: bool = False
     stopping: trio.Event = attrs.field(factory=trio.Event)
     all_gone: trio.Event = attrs.field(factory=trio.Event)
-    #: Removes the token (and credential-looking phrases) from every failure sent.
+    #: Removes the token (and credential-looking phrases) from metadata errors; call
+    #: failures come redacted from the runtime, which holds the token while serving.
     redactor: Redactor = attrs.field(init=False, repr=False)
     counters: GatewayCounters = attrs.field(factory=GatewayCounters)
     #: Which browser origins and Host names a handshake may carry.
@@ -565,23 +566,17 @@ class Connection:
             if self._pending_bytes > budget:
                 await self._wait_for_budget()
 
-        redactor = self.state.redactor
+        # Failures arrive redacted (the call task is the one redaction point, and
+        # the runtime holds this gateway's token): nothing to redact here.
         try:
             if request.attempt is None:
                 async with runtime.stream(options, signal=signal) as call:
                     async for chunk in call:
-                        # A failure travels only in the finish: redact it on its way out.
-                        await forward(redactor.finish(chunk) if type(chunk) is Finish else chunk)
+                        await forward(chunk)
             else:
                 async with runtime.stream_with_retry(options, policy=policy, signal=signal) as rc:
                     async for event in rc:
-                        if isinstance(event, AttemptChunk):
-                            await forward(redactor.chunk(event.chunk))
-                        else:
-                            failure = redactor.failure(event.failure)
-                            if failure is not event.failure:
-                                event = msgspec.structs.replace(event, failure=failure)
-                            await forward(event)
+                        await forward(event.chunk if isinstance(event, AttemptChunk) else event)
         except Exception as exc:
             # A middleware failed: the runtime raised it from the iteration.
             log.warning("call %r failed in middleware: %s", cid, type(exc).__name__)
@@ -610,6 +605,9 @@ class Connection:
                         case DiscoverModelsFrame():
                             # The client's key for this interrogation: never in a reply.
                             redactor = redactor.with_secrets((frame.request.api_key,))
+                            if frame.request.base_url is not None:
+                                # A URL the client chose: where this task may connect.
+                                OUTBOUND.set(self.state.limits.outbound)
                             value = await runtime.discover_models(frame.settings_ns, frame.request)
                         case _:
                             assert_never(frame)

@@ -31,6 +31,7 @@ from llmrt import (
     TextDelta,
     ToolCallDelta,
 )
+from llmrt._egress import OutboundPolicy
 from llmrt._nesting import MAX_NESTING, json_too_deep, msgpack_too_deep
 from llmrt._vocab import decode_open, extended
 
@@ -166,10 +167,19 @@ class Limits:
     #: that finds the budget spent waits (backpressure up to its upstream).
     max_pending_bytes: int = 4 << 20
     #: Whether a ``discover-models`` frame may name a ``baseURL``: the gateway
-    #: would then GET a URL its client chose. Off, only configured endpoints
-    #: (a request's ``provider``, a namespace's ``base_url``) are asked. A
-    #: policy, not a limit: not announced.
+    #: then GETs a URL its client chose and returns the list it reads there,
+    #: a server-side request forgery surface (docs/security.md). Off, only
+    #: configured endpoints (a request's ``provider``, a namespace's
+    #: ``base_url``) are asked. A policy, not a limit: not announced.
     discover_any_url: bool = False
+    #: With ``discover_any_url``: whether a client-named URL may reach loopback,
+    #: private and link-local addresses (off: refused, however the host resolves).
+    discover_allow_private: bool = False
+
+    @property
+    def outbound(self) -> OutboundPolicy:
+        """Where a ``discover-models`` request naming a ``baseURL`` may connect."""
+        return OutboundPolicy(allow_private=self.discover_allow_private)
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -699,7 +709,8 @@ def split_delta(
     """``chunk`` as consecutive deltas of the same block, each of ``size_of`` <= ``room``.
 
     Texts (``arguments_delta`` for tool calls) concatenate to the original;
-    a tool call's ``id`` and ``name`` stay on the first piece. A piece that
+    a tool call's ``id`` is on every piece (as on every fragment an adapter
+    sends) and its ``name`` on the first. A piece that
     cannot shrink further (one character) is returned as it is.
     """
     text = chunk.arguments_delta if isinstance(chunk, ToolCallDelta) else chunk.text
@@ -716,7 +727,7 @@ def split_delta(
             first = n == 0
             part = ToolCallDelta(
                 index=chunk.index,
-                id=chunk.id if first else None,
+                id=chunk.id,
                 name=chunk.name if first else None,
                 arguments_delta=piece,
             )

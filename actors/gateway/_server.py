@@ -437,31 +437,34 @@ async def serve_gateway(
             )
 
     server: GatewayServer | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            try:
-                conns = await nursery.start(run_connections)
-                bound = await nursery.start(listen, conns)
-                # ``localhost`` may bind IPv4 and IPv6 (on different ports when
-                # ``port`` is 0): the first listener is the one advertised.
-                bound_port = _bound_address(bound[0])[1]
-                server = GatewayServer(host=host, port=bound_port, state=state, metrics=metrics)
-                log.info("llmrt gateway listening on %s", server.url)
-                task_status.started(server)
-                await state.stopping.wait()
-            finally:
-                with trio.CancelScope(shield=True):
-                    listener.cancel()
-                    state.stopping.set()
-                    if state.connections:
-                        bound_time = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
-                        with trio.move_on_after(bound_time):
-                            await state.all_gone.wait()
-                    conns_done.set()
-    except BaseExceptionGroup as group:
-        # Only the body raises (binding fails; the listener and connection
-        # tasks contain their failures): give the caller that exception.
-        raise_sole(group)
-    finally:
-        if server is not None:
-            server._stopped.set()
+    # While it serves, the runtime removes the token from every call failure
+    # (the one redaction point): frames need no redaction of their own.
+    with runtime.redacting((token,)):
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    conns = await nursery.start(run_connections)
+                    bound = await nursery.start(listen, conns)
+                    # ``localhost`` may bind IPv4 and IPv6 (on different ports when
+                    # ``port`` is 0): the first listener is the one advertised.
+                    bound_port = _bound_address(bound[0])[1]
+                    server = GatewayServer(host=host, port=bound_port, state=state, metrics=metrics)
+                    log.info("llmrt gateway listening on %s", server.url)
+                    task_status.started(server)
+                    await state.stopping.wait()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        listener.cancel()
+                        state.stopping.set()
+                        if state.connections:
+                            bound_time = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
+                            with trio.move_on_after(bound_time):
+                                await state.all_gone.wait()
+                        conns_done.set()
+        except BaseExceptionGroup as group:
+            # Only the body raises (binding fails; the listener and connection
+            # tasks contain their failures): give the caller that exception.
+            raise_sole(group)
+        finally:
+            if server is not None:
+                server._stopped.set()
