@@ -40,6 +40,7 @@ from llmrt._retry import AlwaysRetryPolicy, NormalRetryPolicy, ResolvedRetryPoli
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._model_lists import ModelListCache
 from ._prepare import (
     config_of,
     resolve_config,
@@ -116,6 +117,8 @@ class RuntimeCore:
     #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
     stopper: Stopper = attrs.field(factory=Stopper)
     calls: set[Call] = attrs.field(factory=set)
+    #: Routes' model lists, for asks that accept a kept one (`LlmRuntime.list_models`).
+    model_lists: ModelListCache = attrs.field(factory=ModelListCache)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
@@ -508,13 +511,26 @@ class LlmRuntime:
 
     # ---- model metadata ------------------------------------------------------------------
 
-    async def list_models(self, provider: str) -> tuple[ModelInfo, ...]:
+    async def list_models(self, provider: str, *, max_age: float = 0.0) -> tuple[ModelInfo, ...]:
         """The adapter's advisory model catalog for ``provider``.
 
-        Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for a malformed answer.
+        ``max_age`` > 0: a list the route's adapter gave at most this many
+        seconds ago may be answered instead of asking it again, and asks made
+        while another one is asking wait for its answer (one upstream request
+        however many ask at once; see ``_model_lists``). 0: the adapter is
+        asked every time. Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for
+        a malformed answer. A checkpoint.
         """
         route = self._route(provider)
-        return await validated_model_list(route.registration.adapter, provider)
+        adapter = route.registration.adapter
+        if not max_age > 0:
+            return await validated_model_list(adapter, provider)
+        return await self._core.model_lists.get(
+            provider,
+            route.registration,
+            lambda: validated_model_list(adapter, provider),
+            max_age,
+        )
 
     async def resolve_model_info(self, provider: str, model: str) -> ResolvedModelInfo:
         """Validated, detached metadata of one exact model from the adapter that owns it.
