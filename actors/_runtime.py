@@ -452,7 +452,12 @@ class LlmRuntime:
     async def register_model_discovery(
         self, settings_ns: str, discover: Discover
     ) -> DiscoveryHandle:
-        """Offer ``discover(request)`` for endpoints configured under ``settings_ns``."""
+        """Offer ``discover(request)`` for endpoints configured under ``settings_ns``.
+
+        A ``discover`` with an ``aclose`` method (one that keeps connections,
+        like `llmrt.adapters.openai_chat.EndpointDiscovery`) is closed when
+        the handle withdraws the offer or the runtime closes, as adapters are.
+        """
         handle = DiscoveryHandle(self._core.registry, settings_ns)
         await self._core.registry.set_offer(settings_ns, handle, discover)
         return handle

@@ -17,7 +17,7 @@ once and stops being pending within a round trip, while a socket that has
 waited longest is the one least likely to ever send one. Refusing the newest
 instead would let anyone who opens connections faster than the handshake
 timeout lock every client out. The same shedding frees a descriptor when
-``accept`` fails for want of one (`Admission.oldest`).
+``accept`` fails for want of them (`Admission.oldest`).
 
 Shedding here only picks the victims and stops counting them as pending;
 the caller cancels their reads and answers them (`Ticket.scope`).
@@ -115,11 +115,17 @@ class Admission:
         """``ticket``'s head is complete: it is pending no more (it keeps its peer's slot)."""
         self._unpend(ticket)
 
-    def oldest(self) -> Ticket | None:
-        """Shed the oldest pending connection (``accept`` ran out of descriptors); None if none."""
-        if not self._pending:
-            return None
-        return self._shed_oldest("the process is out of file descriptors", None)
+    def oldest(self, count: int) -> list[Ticket]:
+        """Shed up to ``count`` of the oldest pending connections (accept is out of descriptors).
+
+        Several at once: behind a failed accept may wait a backlog of sockets
+        that will never speak, and one descriptor per failure would take a
+        legitimate client queued behind them a pause per socket to reach.
+        """
+        return [
+            self._shed_oldest("the process is out of file descriptors", None)
+            for _ in range(min(count, len(self._pending)))
+        ]
 
     def leave(self, ticket: Ticket) -> None:
         """``ticket``'s connection is closed: free its slot. Idempotent."""

@@ -91,6 +91,8 @@ CAPACITY_LOG_INTERVAL = 10.0
 #: Refused connections that may linger at once to deliver their 503 unharmed;
 #: past it a refused connection is closed at once (its descriptor matters more).
 _LINGERING_REFUSALS = 64
+#: Connections waiting for their head that an accept out of descriptors sheds.
+_SHED_ON_CAPACITY = 16
 
 
 def _is_loopback(host: str) -> bool:
@@ -399,17 +401,18 @@ class _Doorman:
 
     def on_capacity(self, error: OSError, pause: float) -> None:
         self.state.counters.accept_errors += 1
-        victim = self.state.admission.oldest()
-        if victim is not None:
+        shed = self.state.admission.oldest(_SHED_ON_CAPACITY)
+        for victim in shed:
             victim.cancel()
         name = errno.errorcode.get(error.errno or 0, str(error.errno))
         self._note(
             "capacity",
-            "accept failed: %s (%s); pausing accepts for %g s%s",
+            "accept failed: %s (%s); pausing accepts for %g s, closing the %d oldest "
+            "connection(s) waiting for their request head",
             name,
             os.strerror(error.errno or 0),
             pause,
-            ", closed the oldest connection waiting for its head" if victim else "",
+            len(shed),
         )
 
     async def _refuse(self, stream: trio.SocketStream, answer: bytes, linger: bool) -> None:
