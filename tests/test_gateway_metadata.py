@@ -8,6 +8,7 @@ refill and the cache's expiry on trio's mock clock, without sockets.
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -22,7 +23,9 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
 from llmrt import ErrorCode, LlmError, ModelDiscoveryRequest, ModelInfo
+from llmrt.actors.app.cli import _gateway_limits, _parser
 from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._budget import MetadataBudget, PeerBuckets
 from llmrt.adapters.openai_chat import DiscoveryEndpoint, EndpointDiscovery, OpenAIChatAdapter
@@ -287,3 +290,22 @@ async def test_discovery_reuses_its_upstream_connection_and_closes_it_with_the_r
         with trio.fail_after(10):
             await up.wait_all_closed()
         assert up.connections[0].closed_by == "client"
+
+
+def test_the_new_bounds_come_from_llmrt_toml(tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "gw.toml"
+    file.write_text(
+        "[gateway]\nmax_pre_head_connections = 32\nmax_pre_head_bytes = 65536\n"
+        "metadata_per_second = 2.5\nmetadata_burst = 5\n"
+        "metadata_per_peer_per_second = 7\nmetadata_per_peer_burst = 9\nmodel_list_ttl = 0\n"
+    )
+    limits = _gateway_limits(_parser().parse_args(["serve"]), load_config(file, environ={}).gateway)
+    assert (limits.max_pre_head_connections, limits.max_pre_head_bytes) == (32, 65536)
+    assert (limits.metadata_per_second, limits.metadata_burst) == (2.5, 5)
+    assert (limits.metadata_per_peer_per_second, limits.metadata_per_peer_burst) == (7, 9)
+    assert limits.model_list_ttl == 0
+    file.write_text("[gateway]\nmodel_list_ttl = -1\n")
+    with pytest.raises(ConfigError, match=r"gw.toml:2"):
+        load_config(file, environ={})
+    with pytest.raises(ValueError, match="metadata_per_second"):
+        Limits(metadata_per_second=0)
