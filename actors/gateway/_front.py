@@ -74,7 +74,9 @@ log = logging.getLogger("llmrt.gateway")
 #: The largest request head read (the request line and all header lines);
 #: a larger one is answered 431.
 MAX_HEAD_BYTES: Final = 16 * 1024
-_RECEIVE_BYTES: Final = 4096
+#: One read of a request head: a whole head in one read where it arrived whole
+#: (a flood of large unfinished heads then costs one wake-up per head, not four).
+_RECEIVE_BYTES: Final = MAX_HEAD_BYTES
 #: After a plain answer, input is read and dropped for at most this long and this
 #: much, so that closing does not reset the connection under the answer.
 LINGER_SECONDS: Final = 1.0

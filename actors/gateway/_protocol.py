@@ -169,7 +169,7 @@ class Limits:
     #: handshake's) is not complete yet, over all peers; past it the oldest of
     #: them is closed (503) to make room. Not announced: it bounds what happens
     #: before a ``hello`` exists, and the 503 names it.
-    max_pre_head_connections: int = 256
+    max_pre_head_connections: int = 128
     #: Bytes the heads of those connections hold together; past it the oldest
     #: of them are closed (503). Not announced, like the one above.
     max_pre_head_bytes: int = 2 << 20

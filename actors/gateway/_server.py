@@ -90,7 +90,7 @@ PLAYGROUND = ("playground", "index.html")
 CAPACITY_LOG_INTERVAL = 10.0
 #: Refused connections that may linger at once to deliver their 503 unharmed;
 #: past it a refused connection is closed at once (its descriptor matters more).
-_LINGERING_REFUSALS = 64
+_LINGERING_REFUSALS = 32
 #: Connections waiting for their head that an accept out of descriptors sheds.
 _SHED_ON_CAPACITY = 16
 
