@@ -430,11 +430,11 @@ class Connection:
                 assert_never(frame)
 
     def _fault(self, code: str, message: str) -> None:
-        """Log a bad client frame: one line per code per interval on this connection."""
+        """Log a refused client frame (bad, too large, over budget): a line per code per minute."""
         log_it, muted = self._faults.allow(code, trio.current_time())
         if log_it:
             more = f" ({muted} more since the last line)" if muted else ""
-            log.info("a client sent a bad frame, %s: %.200s%s", code, message, more)
+            log.info("refused a client frame, %s: %.200s%s", code, message, more)
 
     async def _admit(self, id: str) -> bool:
         """Check that a new request may start; reply with the error when it may not."""
