@@ -125,7 +125,7 @@ def _positive(name: str, value: float, *, integer: bool = False) -> None:
 
 @attrs.frozen
 class Limits:
-    """The gateway's limits; every one is announced in the ``hello`` frame.
+    """The gateway's limits; those a client must know are announced in the ``hello`` frame.
 
     Raises `ValueError` on construction when a value is not positive (and
     finite). Times are in seconds.
