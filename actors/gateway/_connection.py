@@ -434,7 +434,8 @@ class Connection:
         log_it, muted = self._faults.allow(code, trio.current_time())
         if log_it:
             more = f" ({muted} more since the last line)" if muted else ""
-            log.info("refused a client frame, %s: %.200s%s", code, message, more)
+            what = "over its budget" if code == GatewayErrorCode.RATE_LIMITED else "a bad frame"
+            log.info("a client sent %s, %s: %.200s%s", what, code, message, more)
 
     async def _admit(self, id: str) -> bool:
         """Check that a new request may start; reply with the error when it may not."""
