@@ -44,6 +44,8 @@ class Ticket:
     pending: bool = True
     #: Why it was shed (the text of its 503 answer); None while it is not.
     shed: str | None = None
+    #: Whether it was closed for it (a head completed in the read that shed it is served).
+    closed_shed: bool = False
     #: The scope of the head read; the caller cancels it when the ticket is shed.
     scope: trio.CancelScope | None = None
     #: Whether the connection still holds its peer's slot.

@@ -470,6 +470,7 @@ async def serve_stream(
                 await _linger(stream)
         if ticket.shed is not None and not answered and not handed_over:
             front.counters.refused(RefusalCause.PRE_HEAD)
+            ticket.closed_shed = True
             await send_early_answer(stream, early_answer(503, ticket.shed), linger=False)
             return
         if scope.cancelled_caught and not answered and not handed_over:

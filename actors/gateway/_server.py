@@ -147,7 +147,7 @@ class GatewayServer:
 
     @property
     def refusals(self) -> dict[str, int]:
-        """Handshakes refused before the upgrade, by cause (``origin``, ``host``, ``per_peer``)."""
+        """Connections and handshakes refused, by cause (`RefusalCause`: ``per_peer``, ...)."""
         return dict(self._state.counters.refusals)
 
     @property
@@ -381,14 +381,7 @@ class _Doorman:
         peer = peer_address(stream)
         ticket, shed = state.admission.admit(peer)
         for victim in shed:
-            victim.cancel()
-        if shed:
-            self._note(
-                "pre_head",
-                "closed %d connection(s) waiting for their request head: %s",
-                len(shed),
-                shed[-1].shed,
-            )
+            victim.cancel()  # each logs itself as it closes (see _serve)
         if ticket is None:
             state.refused(RefusalCause.PER_PEER)
             limit = state.limits.max_connections_per_peer
@@ -437,6 +430,13 @@ class _Doorman:
             state.admission.leave(ticket)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
+        if ticket.closed_shed:
+            self._note(
+                "pre_head",
+                "closed a connection from %s before its request head was complete: %s",
+                ticket.peer,
+                ticket.shed,
+            )
 
 
 def _bound_address(listener: trio.SocketListener) -> tuple[str, int]:
