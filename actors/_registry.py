@@ -45,6 +45,8 @@ log = logging.getLogger("llmrt.actors")
 
 #: How long calls of a disposed registration may run on before they are aborted.
 DEFAULT_DRAIN_TIMEOUT = 30.0
+#: Bound on closing a withdrawn model discovery (its kept connections).
+_CLOSE_DISCOVERY = 5.0
 
 _policy_decoder: msgspec.json.Decoder[ResolvedRetryPolicy] = msgspec.json.Decoder(
     ResolvedRetryPolicy
@@ -89,7 +91,12 @@ class Registry:
                 for registration in list(self._registrations):
                     registration.drain(0)
                 self._registrations.clear()
+                offers = list(self._discover.values())
+                self._offers.clear()
+                self._discover.clear()
                 self._publish(routes={})
+                for discover in offers:
+                    await close_discovery(discover)
                 # Nothing will change any more: end every subscriber's ``async for``.
                 for send in self._subscribers.values():
                     send.close()
@@ -300,8 +307,9 @@ class Registry:
         if discover is None:
             if self._offers.get(settings_ns) is owner:
                 del self._offers[settings_ns]
-                del self._discover[settings_ns]
+                withdrawn = self._discover.pop(settings_ns)
                 self._publish()
+                await close_discovery(withdrawn)
             return
         if not isinstance(settings_ns, str) or not settings_ns:
             raise LlmError(ErrorCode.INVALID_PROVIDER, "settings_ns must be a non-empty string")
@@ -318,6 +326,21 @@ class Registry:
         if settings_ns not in self._offers:
             return None
         return self._discover.get(settings_ns)
+
+
+async def close_discovery(discover: Discover) -> None:
+    """Close a withdrawn discovery that holds resources (an ``aclose`` method), as an adapter is.
+
+    Bounded by `_CLOSE_DISCOVERY` and shielded; a failure is logged, not raised.
+    """
+    aclose = getattr(discover, "aclose", None)
+    if aclose is None:
+        return
+    with trio.move_on_after(_CLOSE_DISCOVERY, shield=True):
+        try:
+            await aclose()
+        except Exception:
+            log.exception("closing a model discovery failed")
 
 
 def _provider_info(adapter: Adapter, provider: str) -> ProviderInfo:

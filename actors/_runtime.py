@@ -43,6 +43,7 @@ from llmrt._validate import invalid_reason
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
 from ._misuse import require_trio
+from ._model_lists import ModelListCache
 from ._prepare import (
     config_of,
     resolve_config,
@@ -122,6 +123,8 @@ class RuntimeCore:
     #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     calls: set[Call] = attrs.field(factory=set)
+    #: Routes' model lists, for asks that accept a kept one (`LlmRuntime.list_models`).
+    model_lists: ModelListCache = attrs.field(factory=ModelListCache)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
@@ -520,7 +523,12 @@ class LlmRuntime:
     async def register_model_discovery(
         self, settings_ns: str, discover: Discover
     ) -> DiscoveryHandle:
-        """Offer ``discover(request)`` for endpoints configured under ``settings_ns``."""
+        """Offer ``discover(request)`` for endpoints configured under ``settings_ns``.
+
+        A ``discover`` with an ``aclose`` method (one that keeps connections,
+        like `llmrt.adapters.openai_chat.EndpointDiscovery`) is closed when
+        the handle withdraws the offer or the runtime closes, as adapters are.
+        """
         handle = DiscoveryHandle(self._core.registry, settings_ns)
         await self._core.registry.set_offer(settings_ns, handle, discover)
         return handle
@@ -579,13 +587,26 @@ class LlmRuntime:
 
     # ---- model metadata ------------------------------------------------------------------
 
-    async def list_models(self, provider: str) -> tuple[ModelInfo, ...]:
+    async def list_models(self, provider: str, *, max_age: float = 0.0) -> tuple[ModelInfo, ...]:
         """The adapter's advisory model catalog for ``provider``.
 
-        Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for a malformed answer.
+        ``max_age`` > 0: a list the route's adapter gave at most this many
+        seconds ago may be answered instead of asking it again, and asks made
+        while another one is asking wait for its answer (one upstream request
+        however many ask at once; see ``_model_lists``). 0: the adapter is
+        asked every time. Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for
+        a malformed answer. A checkpoint.
         """
         route = self._route(provider)
-        return await validated_model_list(route.registration.adapter, provider)
+        adapter = route.registration.adapter
+        if not max_age > 0:
+            return await validated_model_list(adapter, provider)
+        return await self._core.model_lists.get(
+            provider,
+            route.registration,
+            lambda: validated_model_list(adapter, provider),
+            max_age,
+        )
 
     async def resolve_model_info(self, provider: str, model: str) -> ResolvedModelInfo:
         """Validated, detached metadata of one exact model from the adapter that owns it.

@@ -51,9 +51,9 @@ from llmrt import (
 )
 from llmrt._egress import base_url_problem
 
+from ._client_pool import ClientPool
 from ._http import (
     SSEFeed,
-    make_client,
     read_api_key,
     stream_events,
 )
@@ -262,7 +262,9 @@ class EndpointDiscovery:
     Bearer`` and removed from every failure message.
 
     One interrogation is one ``GET``, bounded by `DISCOVERY_TIMEOUT` seconds
-    and `llmrt.adapters._models.MAX_MODEL_LIST` bytes. Raises `LlmError`:
+    and `llmrt.adapters._models.MAX_MODEL_LIST` bytes, on a connection kept
+    per endpoint between interrogations (`ClientPool`; `aclose` closes them,
+    as the runtime does when the offer is withdrawn). Raises `LlmError`:
     ``INVALID_REQUEST`` (no endpoint, an unknown ``api``, a URL that is not
     http(s)), ``TIMEOUT``, ``NETWORK``, ``PROTOCOL`` or the endpoint's
     classified error status.
@@ -275,12 +277,26 @@ class EndpointDiscovery:
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    _pool: ClientPool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.api not in DISCOVERY_APIS:
             raise ValueError(f"unknown discovery api {self.api!r}; known: {DISCOVERY_APIS}")
         if not 0 < self.timeout < math.inf:
             raise ValueError("timeout must be a positive, finite number of seconds")
+        self._pool = ClientPool(
+            httpx.Timeout(self.timeout), transport=self.transport, ssl_context=self.ssl_context
+        )
+
+    async def aclose(self) -> None:
+        """Close the connections kept to the endpoints asked. A checkpoint."""
+        await self._pool.aclose()
+
+    async def __aenter__(self) -> EndpointDiscovery:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def _endpoint(self, request: ModelDiscoveryRequest) -> tuple[str, str, str | None]:
         """(base URL, api, key) of ``request``; reads a configured key only here."""
@@ -341,11 +357,8 @@ class EndpointDiscovery:
             path, decode = "/api/tags", decode_ollama_tags
         else:
             path, decode = "/models", decode_data_list
-        timeout = httpx.Timeout(self.timeout)
         entries: Sequence[ModelEntry] = ()
-        async with make_client(
-            base_url, timeout=timeout, transport=self.transport, ssl_context=self.ssl_context
-        ) as client:
+        async with self._pool.client(base_url) as client:
             with trio.move_on_after(self.timeout) as scope:
                 entries = await fetch_entries(
                     client, path, provider_kind=api, headers=headers, decode=decode

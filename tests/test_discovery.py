@@ -99,18 +99,19 @@ async def test_an_ollama_endpoint_is_discovered_at_api_tags() -> None:
 
 async def test_the_request_api_overrides_the_namespace() -> None:
     async with open_upstream(ollama_router) as up:
-        found = await EndpointDiscovery()(ModelDiscoveryRequest(base_url=up.base_url, api="ollama"))
+        async with EndpointDiscovery() as discovery:
+            found = await discovery(ModelDiscoveryRequest(base_url=up.base_url, api="ollama"))
     assert [m.id for m in found][:1] == ["llama3.2:latest"]
     assert up.requests[0].path == "/api/tags"
 
 
 async def test_a_configured_route_is_asked_with_its_own_endpoint_and_key() -> None:
     async with open_upstream(SSEScript(events=()), models=("served",)) as up:
-        discovery = EndpointDiscovery(
+        async with EndpointDiscovery(
             routes={"mine": DiscoveryEndpoint(base_url=up.base_url, api_key_env="MY_KEY")},
             environ={"MY_KEY": KEY},
-        )
-        found = await discovery(ModelDiscoveryRequest(provider="mine"))
+        ) as discovery:
+            found = await discovery(ModelDiscoveryRequest(provider="mine"))
     assert found == (DiscoveredModel(id="served"),)
     assert up.requests[0].path == "/models"
     assert up.requests[0].headers["authorization"] == f"Bearer {KEY}"
@@ -131,7 +132,8 @@ async def test_requests_discovery_cannot_serve_are_refused_before_io(
     request_: ModelDiscoveryRequest, code: ErrorCode
 ) -> None:
     with pytest.raises(llmrt.LlmError) as info:
-        await EndpointDiscovery()(request_)
+        async with EndpointDiscovery() as discovery:
+            await discovery(request_)
     assert info.value.code == code
     assert KEY not in str(info.value)
 
@@ -140,19 +142,22 @@ async def test_failures_are_classified_and_never_echo_the_key() -> None:
     echoing = ErrorScript(status=401, body={"error": {"message": f"Invalid API key {KEY}"}})
     async with open_upstream(lambda request: echoing) as up:
         with pytest.raises(llmrt.LlmError) as info:
-            await EndpointDiscovery()(ModelDiscoveryRequest(base_url=up.base_url, api_key=KEY))
+            async with EndpointDiscovery() as discovery:
+                await discovery(ModelDiscoveryRequest(base_url=up.base_url, api_key=KEY))
     assert info.value.code == ErrorCode.AUTH and info.value.failure.status == 401
     assert KEY not in str(info.value) and KEY[:12] not in str(info.value)
 
     garbage = ErrorScript(status=200, body={"models": "not a list"})
     async with open_upstream(lambda request: garbage) as up:
         with pytest.raises(llmrt.LlmError) as info:
-            await EndpointDiscovery(api="ollama")(ModelDiscoveryRequest(base_url=up.base_url))
+            async with EndpointDiscovery(api="ollama") as discovery:
+                await discovery(ModelDiscoveryRequest(base_url=up.base_url))
     assert info.value.code == ErrorCode.PROTOCOL
 
     with pytest.raises(llmrt.LlmError) as info:
         request = ModelDiscoveryRequest(base_url=f"http://127.0.0.1:{closed_port()}", api_key=KEY)
-        await EndpointDiscovery()(request)
+        async with EndpointDiscovery() as discovery:
+            await discovery(request)
     assert info.value.code == ErrorCode.NETWORK
     assert KEY not in str(info.value)
 
@@ -163,7 +168,8 @@ async def test_a_silent_endpoint_is_bounded_in_time(mock_clock: trio.testing.Moc
     async with open_upstream(lambda request: slow) as up:
         start = trio.current_time()
         with pytest.raises(llmrt.LlmError) as info:
-            await EndpointDiscovery(timeout=5)(ModelDiscoveryRequest(base_url=up.base_url))
+            async with EndpointDiscovery(timeout=5) as discovery:
+                await discovery(ModelDiscoveryRequest(base_url=up.base_url))
         elapsed = trio.current_time() - start
     assert info.value.code == ErrorCode.TIMEOUT
     assert 5 <= elapsed < 6

@@ -31,6 +31,8 @@ __all__ = [
 ]
 
 _Positive = Annotated[int, msgspec.Meta(ge=1)]
+_PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+_NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class _Table(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -70,6 +72,16 @@ class GatewayTable(_Table, frozen=True):
     discover_any_url: bool | None = None
     #: With ``discover_any_url``: let those URLs reach loopback and private addresses.
     discover_allow_private: bool | None = None
+    #: Connections not done with their request head, over all peers, and the bytes they hold.
+    max_pre_head_connections: _Positive | None = None
+    max_pre_head_bytes: _Positive | None = None
+    #: Token buckets on metadata frames, per connection and per peer address.
+    metadata_per_second: _PositiveFloat | None = None
+    metadata_burst: _Positive | None = None
+    metadata_per_peer_per_second: _PositiveFloat | None = None
+    metadata_per_peer_burst: _Positive | None = None
+    #: Seconds a model list is answered from the gateway's cache (0: not cached).
+    model_list_ttl: _NonNegativeFloat | None = None
 
 
 @functools.cache

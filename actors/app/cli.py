@@ -741,8 +741,16 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
         "max_connections_per_peer",
         "max_pending_bytes",
         "max_frame_bytes",
+        # Set in the file only (no flags):
+        "max_pre_head_connections",
+        "max_pre_head_bytes",
+        "metadata_per_second",
+        "metadata_burst",
+        "metadata_per_peer_per_second",
+        "metadata_per_peer_burst",
+        "model_list_ttl",
     ):
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is None:
             value = getattr(table, name)
         if value is not None:

@@ -55,6 +55,8 @@ from llmrt._egress import OUTBOUND
 from .._abort import AbortController
 from .._runtime import LlmRuntime
 from .._tracecontext import TRACEPARENT, valid_traceparent
+from ._admission import Admission
+from ._budget import MetadataBudget, PeerBuckets
 from ._counters import GatewayCounters, payload_bytes
 from ._origin import LogThrottle, OriginPolicy
 from ._protocol import (
@@ -124,8 +126,10 @@ class GatewayState:
     counters: GatewayCounters = attrs.field(factory=GatewayCounters)
     #: Which browser origins and Host names a handshake may carry.
     policy: OriginPolicy = attrs.field(factory=OriginPolicy)
-    #: Connections accepted or being handshaken, per peer address.
-    per_peer: dict[str, int] = attrs.field(factory=dict)
+    #: Every TCP connection held, per peer address, and those still before their head.
+    admission: Admission = attrs.field(init=False)
+    #: The metadata buckets of peer addresses (each connection has its own too).
+    metadata_peers: PeerBuckets = attrs.field(init=False)
     #: One refusal line per peer address per minute.
     refusal_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0))
     #: One traceback per kind of connection failure per minute.
@@ -133,6 +137,10 @@ class GatewayState:
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
+        self.admission = Admission(self.limits)
+        self.metadata_peers = PeerBuckets(
+            self.limits.metadata_per_peer_per_second, self.limits.metadata_per_peer_burst
+        )
         token = self.token.decode("utf-8", "replace") if self.token is not None else None
         self.redactor = Redactor((token,))
 
@@ -275,6 +283,8 @@ class Connection:
     #: The largest message written to this client: ``maxFrameBytes``, or less
     #: when the client announced a smaller limit in its handshake.
     frame_limit: int = attrs.field(default=0, kw_only=True)
+    #: The client's address: its metadata budget is shared with its other connections.
+    peer: str = attrs.field(default="", kw_only=True)
     #: The close code the gateway chose, when it closed the connection itself.
     close_code: int | None = attrs.field(default=None, init=False)
     _send: trio.MemorySendChannel[Outbound] = attrs.field(init=False)
@@ -282,6 +292,7 @@ class Connection:
     _requests: dict[str, _Request] = attrs.field(factory=dict, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     _bucket: TokenBucket = attrs.field(init=False)
+    _metadata: MetadataBudget = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     #: When the connection last became idle (no live request), on trio's clock.
     _idle_since: float = attrs.field(default=0.0, init=False)
@@ -298,6 +309,7 @@ class Connection:
             self.frame_limit = limits.max_frame_bytes
         self._send, self._recv = trio.open_memory_channel[Outbound](limits.outbound_frames)
         self._bucket = TokenBucket(limits.calls_per_second, limits.call_burst)
+        self._metadata = MetadataBudget(limits, self.peer, self.state.metadata_peers)
         self._idle.set()
 
     async def run(self) -> None:
@@ -378,6 +390,16 @@ class Connection:
                     request.abort(f"the client aborted the call: {frame.reason}")
                 else:
                     request.abort("the client aborted the call")
+            case (
+                ListProvidersFrame()
+                | ListConfigurableProvidersFrame()
+                | ListModelsFrame()
+                | ResolveModelFrame()
+                | DiscoverModelsFrame()
+            ) if (over := self._metadata.take(trio.current_time())) is not None:
+                # Refused before any work: a flood costs a bucket check per frame.
+                self._fault(GatewayErrorCode.RATE_LIMITED, over)
+                await self._reply(_error(GatewayErrorCode.RATE_LIMITED, over, frame.id))
             case ListProvidersFrame():
                 self._idle_since = trio.current_time()  # a request, answered at once
                 providers = self.state.runtime.list_providers()
@@ -409,11 +431,12 @@ class Connection:
                 assert_never(frame)
 
     def _fault(self, code: str, message: str) -> None:
-        """Log a bad client frame: one line per code per interval on this connection."""
+        """Log a refused client frame (bad, too large, over budget): a line per code per minute."""
         log_it, muted = self._faults.allow(code, trio.current_time())
         if log_it:
             more = f" ({muted} more since the last line)" if muted else ""
-            log.info("a client sent a bad frame, %s: %.200s%s", code, message, more)
+            what = "over its budget" if code == GatewayErrorCode.RATE_LIMITED else "a bad frame"
+            log.info("a client sent %s, %s: %.200s%s", what, code, message, more)
 
     async def _admit(self, id: str) -> bool:
         """Check that a new request may start; reply with the error when it may not."""
@@ -599,7 +622,9 @@ class Connection:
                     value: tuple[ModelInfo, ...] | ResolvedModelInfo | tuple[DiscoveredModel, ...]
                     match frame:
                         case ListModelsFrame():
-                            value = await runtime.list_models(frame.provider)
+                            value = await runtime.list_models(
+                                frame.provider, max_age=self.state.limits.model_list_ttl
+                            )
                         case ResolveModelFrame():
                             value = await runtime.resolve_model_info(frame.provider, frame.model)
                         case DiscoverModelsFrame():

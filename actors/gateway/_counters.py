@@ -35,6 +35,9 @@ class RefusalCause(enum.StrEnum):
     MALFORMED = "malformed"
     #: No complete request head within the handshake timeout.
     TIMEOUT = "timeout"
+    #: Closed before its request head was complete, to make room: too many
+    #: connections (or bytes) waiting for their heads, or no descriptor left (503).
+    PRE_HEAD = "pre_head"
 
 
 def payload_bytes(data: str | bytes) -> int:
@@ -62,6 +65,8 @@ class GatewayCounters:
     bytes_received: int = 0
     bytes_sent: int = 0
     refusals: Counter[str] = attrs.field(factory=Counter)
+    #: ``accept`` failures for want of descriptors or kernel memory (EMFILE and co).
+    accept_errors: int = 0
 
     def refused(self, cause: str) -> None:
         """Count one refused request or handshake; ``cause`` is a `RefusalCause` value."""

@@ -2,7 +2,8 @@
 
 Each accepted connection is read up to the end of its request head, with h11,
 under a byte bound (`MAX_HEAD_BYTES`) and a time bound (the handshake
-timeout). Then:
+timeout), and counted as pending until then (`_admission`: a connection shed
+to make room for others gets a 503 instead, see `early_answer`). Then:
 
 * a websocket upgrade (``Upgrade: websocket``) goes to trio-websocket with the
   bytes already read replayed in front of the socket (`ReplayStream`), so the
@@ -52,6 +53,7 @@ import attrs
 import h11
 import trio
 
+from ._admission import Admission, Ticket
 from ._counters import GatewayCounters, RefusalCause
 
 __all__ = [
@@ -61,6 +63,9 @@ __all__ = [
     "ReplayStream",
     "chosen_gateway",
     "content_security_policy",
+    "early_answer",
+    "peer_address",
+    "send_early_answer",
     "handshake_problem",
     "is_upgrade",
     "read_request_head",
@@ -72,11 +77,16 @@ log = logging.getLogger("llmrt.gateway")
 #: The largest request head read (the request line and all header lines);
 #: a larger one is answered 431.
 MAX_HEAD_BYTES: Final = 16 * 1024
-_RECEIVE_BYTES: Final = 4096
+#: One read of a request head: a whole head in one read where it arrived whole
+#: (a flood of large unfinished heads then costs one wake-up per head, not four).
+_RECEIVE_BYTES: Final = MAX_HEAD_BYTES
 #: After a plain answer, input is read and dropped for at most this long and this
 #: much, so that closing does not reset the connection under the answer.
 LINGER_SECONDS: Final = 1.0
 LINGER_BYTES: Final = 64 * 1024
+#: An answer sent before the head was read (a refused or shed connection) is
+#: written within this long; then input is dropped for at most as long again.
+EARLY_SECONDS: Final = 0.25
 
 _TEXT: Final = b"text/plain; charset=utf-8"
 _HTML: Final = b"text/html; charset=utf-8"
@@ -311,6 +321,56 @@ class FrontDoor:
                 return Answer(200, headers, body)
 
 
+def early_answer(status: int, text: str) -> bytes:
+    """A whole plain-text response for a connection whose head was not read (or not wholly).
+
+    Written by hand: h11 answers only a request it has parsed. ``text`` is the
+    gateway's own (ASCII) words, never the client's.
+    """
+    body = text.encode("ascii", "replace") + b"\n"
+    lines = [
+        b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"")),
+        b"Content-Type: " + _TEXT,
+        b"Cache-Control: no-store",
+        *(name + b": " + value for name, value in _COMMON),
+        b"Content-Length: %d" % len(body),
+        b"Connection: close",
+    ]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+async def send_early_answer(stream: trio.SocketStream, answer: bytes, *, linger: bool) -> None:
+    """Send ``answer`` and close ``stream``, each step bounded by `EARLY_SECONDS`.
+
+    With ``linger``, input is read and dropped until the peer closes (at most
+    `EARLY_SECONDS`, `LINGER_BYTES`) so that closing does not reset the
+    connection under the answer; without, the descriptor is freed at once.
+    Never raises but for cancellation.
+    """
+    try:
+        with trio.move_on_after(EARLY_SECONDS):
+            await stream.send_all(answer)
+            if linger:
+                await stream.send_eof()
+                left = LINGER_BYTES
+                while left > 0 and (chunk := await stream.receive_some(_RECEIVE_BYTES)):
+                    left -= len(chunk)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the peer left: nothing to answer
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+def peer_address(stream: trio.SocketStream) -> str:
+    """The IP address of ``stream``'s peer; ``"?"`` once it is closed, or when it has none."""
+    try:
+        name = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return str(name[0]) if isinstance(name, tuple) else "?"
+
+
 class ReplayStream(trio.abc.Stream):
     """A socket stream that first returns ``prefix`` (bytes already read from it).
 
@@ -350,10 +410,7 @@ class ReplayStream(trio.abc.Stream):
     @property
     def peer(self) -> str:
         """The client's IP address (``"?"`` once the socket is closed)."""
-        try:
-            return str(self._inner.socket.getpeername()[0])
-        except OSError:
-            return "?"
+        return peer_address(self._inner)
 
     def __repr__(self) -> str:
         return f"<websocket stream from {self.peer}>"
@@ -364,15 +421,18 @@ class _Closed(Exception):
 
 
 async def read_request_head(
-    stream: trio.abc.ReceiveStream, conn: h11.Connection
+    stream: trio.abc.ReceiveStream,
+    conn: h11.Connection,
+    received: Callable[[int], None] | None = None,
 ) -> tuple[h11.Request, bytes]:
     """Read until ``conn`` (an h11 server connection) has a request head.
 
     ``conn`` must bound its buffer at `MAX_HEAD_BYTES` (``max_incomplete_event_size``).
-    Returns the request and every byte read (the head, and whatever followed
-    it in the same reads). Raises `h11.RemoteProtocolError` for a malformed
-    or oversized head (its ``error_status_hint`` is the status to answer),
-    ``_Closed`` when the peer closes first. A checkpoint.
+    ``received(n)`` is told of every read of ``n`` bytes. Returns the request
+    and every byte read (the head, and whatever followed it in the same
+    reads). Raises `h11.RemoteProtocolError` for a malformed or oversized
+    head (its ``error_status_hint`` is the status to answer), ``_Closed``
+    when the peer closes first. A checkpoint.
     """
     data = bytearray()
     while True:
@@ -386,6 +446,8 @@ async def read_request_head(
                 raise _Closed
             data += chunk
             conn.receive_data(chunk)
+            if received is not None:
+                received(len(chunk))
         elif isinstance(event, h11.Request):
             return event, bytes(data)
         else:  # h11 yields nothing else before a request; a close is NEED_DATA + b""
@@ -425,28 +487,43 @@ async def serve_stream(
     stream: trio.SocketStream,
     upgrade: Callable[[ReplayStream, float], Awaitable[None]],
     head_seconds: float,
+    admission: Admission,
+    ticket: Ticket,
 ) -> None:
     """Serve one TCP connection: a plain answer, or hand the websocket to ``upgrade``.
 
     ``upgrade(stream, deadline)`` gets the replaying stream and the trio time
     by which its handshake must be done; it owns the stream from then on.
     Everything before that (reading the head, a plain answer) is bounded by
-    ``head_seconds``. Never raises but for cancellation.
+    ``head_seconds``. ``ticket`` is the connection's in ``admission``: its head
+    is counted there until complete, and when it is shed meanwhile the
+    connection gets a 503 and is closed. The caller frees the ticket. Never
+    raises but for cancellation.
     """
     deadline = trio.current_time() + head_seconds
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     answer: Answer | None = None
     head_only = False
     answered = handed_over = False
+
+    def received(size: int) -> None:
+        for victim in admission.received(ticket, size):
+            victim.cancel()
+
     try:
         with trio.CancelScope(deadline=deadline) as scope:
+            ticket.scope = scope
+            if ticket.shed is not None:
+                scope.cancel()  # shed before this task ran
             try:
-                request, data = await read_request_head(stream, conn)
+                request, data = await read_request_head(stream, conn, received)
             except h11.RemoteProtocolError as exc:
+                admission.headed(ticket)
                 front.counters.refused(RefusalCause.MALFORMED)
                 status = exc.error_status_hint if exc.error_status_hint in _REASONS else 400
                 answer = _text(status, "malformed request head\n")
             else:
+                admission.headed(ticket)
                 head_only = request.method == b"HEAD"
                 if is_upgrade(request):
                     answer = handshake_problem(request)
@@ -460,6 +537,11 @@ async def serve_stream(
                 await stream.send_all(_encode(conn, answer, head_only))
                 answered = True
                 await _linger(stream)
+        if ticket.shed is not None and not answered and not handed_over:
+            front.counters.refused(RefusalCause.PRE_HEAD)
+            ticket.closed_shed = True
+            await send_early_answer(stream, early_answer(503, ticket.shed), linger=False)
+            return
         if scope.cancelled_caught and not answered and not handed_over:
             front.counters.refused(RefusalCause.TIMEOUT)
         if handed_over:

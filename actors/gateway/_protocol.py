@@ -126,7 +126,7 @@ def _positive(name: str, value: float, *, integer: bool = False) -> None:
 
 @attrs.frozen
 class Limits:
-    """The gateway's limits; every one is announced in the ``hello`` frame.
+    """The gateway's limits; those a client must know are announced in the ``hello`` frame.
 
     Raises `ValueError` on construction when a value is not positive (and
     finite). Times are in seconds.
@@ -166,6 +166,25 @@ class Limits:
     #: Bytes of encoded chunks a connection may hold for its writer; a call
     #: that finds the budget spent waits (backpressure up to its upstream).
     max_pending_bytes: int = 4 << 20
+    #: Connections whose request head (a plain HTTP request's or a websocket
+    #: handshake's) is not complete yet, over all peers; past it the oldest of
+    #: them is closed (503) to make room. Not announced: it bounds what happens
+    #: before a ``hello`` exists, and the 503 names it.
+    max_pre_head_connections: int = 128
+    #: Bytes the heads of those connections hold together; past it the oldest
+    #: of them are closed (503). Not announced, like the one above.
+    max_pre_head_bytes: int = 2 << 20
+    #: Token buckets on metadata frames (``list-providers``,
+    #: ``list-configurable-providers``, ``list-models``, ``resolve-model``,
+    #: ``discover-models``): refill rate and size, per connection; and the
+    #: same over all connections of one peer address.
+    metadata_per_second: float = 10.0
+    metadata_burst: int = 40
+    metadata_per_peer_per_second: float = 20.0
+    metadata_per_peer_burst: int = 80
+    #: Seconds a route's model list is answered from the gateway's cache
+    #: (concurrent asks share one upstream request); 0: every ask goes upstream.
+    model_list_ttl: float = 60.0
     #: Whether a ``discover-models`` frame may name a ``baseURL``: the gateway
     #: then GETs a URL its client chose and returns the list it reads there,
     #: a server-side request forgery surface (docs/security.md). Off, only
@@ -192,6 +211,10 @@ class Limits:
             "outbound_frames",
             "max_connections_per_peer",
             "max_pending_bytes",
+            "max_pre_head_connections",
+            "max_pre_head_bytes",
+            "metadata_burst",
+            "metadata_per_peer_burst",
         ):
             _positive(name, getattr(self, name), integer=True)
         for name in (
@@ -202,8 +225,13 @@ class Limits:
             "close_timeout",
             "handshake_timeout",
             "idle_timeout",
+            "metadata_per_second",
+            "metadata_per_peer_per_second",
         ):
             _positive(name, getattr(self, name))
+        ttl = self.model_list_ttl
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 <= ttl < math.inf:
+            raise ValueError(f"model_list_ttl must be a finite number >= 0, got {ttl!r}")
         if self.max_frame_bytes < MIN_FRAME_BYTES:
             raise ValueError(
                 f"max_frame_bytes must be at least {MIN_FRAME_BYTES}, got {self.max_frame_bytes!r}"
@@ -230,6 +258,11 @@ class Limits:
             server_frame_bytes=(
                 server_frame_bytes if server_frame_bytes is not None else self.max_frame_bytes
             ),
+            metadata_per_second=float(self.metadata_per_second),
+            metadata_burst=self.metadata_burst,
+            metadata_per_peer_per_second=float(self.metadata_per_peer_per_second),
+            metadata_per_peer_burst=self.metadata_per_peer_burst,
+            model_list_ttl=float(self.model_list_ttl),
         )
 
 
@@ -336,6 +369,13 @@ class HelloLimits(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     max_pending_bytes: int | None = None
     #: The largest frame the server sends on this connection (bytes).
     server_frame_bytes: int | None = None
+    #: Token buckets on metadata frames: this connection's, and its address's.
+    metadata_per_second: float | None = None
+    metadata_burst: int | None = None
+    metadata_per_peer_per_second: float | None = None
+    metadata_per_peer_burst: int | None = None
+    #: How old (seconds) a model list the server answers may be.
+    model_list_ttl: float | None = None
 
 
 class HelloFrame(_Frame, frozen=True, tag="hello"):
@@ -763,6 +803,16 @@ class TokenBucket:
             self._tokens -= 1.0
             return True
         return False
+
+    def give_back(self) -> None:
+        """Return the token `take` just spent (another budget refused the same request)."""
+        self._tokens = min(float(self.burst), self._tokens + 1.0)
+
+    def full(self, now: float) -> bool:
+        """Whether the bucket would hold ``burst`` tokens at ``now`` (as good as a new one)."""
+        if self._at is None:
+            return True
+        return self._tokens + (now - self._at) * self.rate >= self.burst
 
 
 def bearer_from_headers(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:

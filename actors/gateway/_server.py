@@ -2,13 +2,20 @@
 
 Task tree::
 
-    serve_gateway ─ nursery ─┬─ listener: trio.serve_listeners on the TCP listeners, stopped first
+    serve_gateway ─ nursery ─┬─ listener: `serve_accepting` on the TCP listeners, stopped first
                              └─ connections: a shielded nursery that outlives the listener,
                                 │            so that shutdown can give calls a grace period
                                 └─ one task per TCP connection: the front door (`_front`)
                                    answers plain HTTP requests (``/healthz``, ``/readyz``,
                                    ``/metrics``, ``/``) or hands a websocket upgrade to
                                    trio-websocket; then handshake checks and a `Connection`
+
+Admission happens at accept (`_admission`): an address that holds
+``max_connections_per_peer`` connections (of any phase) gets a 503 before
+its head is read; connections still before their head are bounded over all
+peers, the oldest shed first; an accept that fails for want of descriptors
+is logged once per `CAPACITY_LOG_INTERVAL`, without a traceback, sheds the
+oldest unfinished head and pauses accepting briefly (`_listen`).
 
 Readiness: `GatewayServer.drain` turns ``/readyz`` to 503 while everything
 else keeps serving, so a load balancer stops sending new clients before the
@@ -23,8 +30,10 @@ code 1001, and is bounded: whatever is still open after the grace period plus
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import os
 import re
 from collections.abc import Sequence
 from functools import partial
@@ -43,12 +52,20 @@ import llmrt
 from llmrt._helpers import raise_sole
 
 from .._runtime import LlmRuntime
+from ._admission import Ticket
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._counters import RefusalCause
-from ._front import FrontDoor, ReplayStream, serve_stream
-from ._listen import open_reuseport_listeners
+from ._front import (
+    FrontDoor,
+    ReplayStream,
+    early_answer,
+    peer_address,
+    send_early_answer,
+    serve_stream,
+)
+from ._listen import open_reuseport_listeners, serve_accepting
 from ._metrics import Combine, Figures, GatewayMetrics
-from ._origin import OriginPolicy, Refusal
+from ._origin import LogThrottle, OriginPolicy, Refusal
 from ._protocol import (
     FRAME_BYTES_HEADER,
     MIN_FRAME_BYTES,
@@ -68,6 +85,14 @@ _DIGITS = re.compile(r"[0-9]{1,15}")
 _SHUTDOWN_SLACK = 1.0
 #: The playground page served at ``GET /``: package data of `llmrt.actors.gateway`.
 PLAYGROUND = ("playground", "index.html")
+#: Seconds between two log lines about accept failing for want of descriptors,
+#: and about connections refused or shed at accept (one line per cause).
+CAPACITY_LOG_INTERVAL = 10.0
+#: Refused connections that may linger at once to deliver their 503 unharmed;
+#: past it a refused connection is closed at once (its descriptor matters more).
+_LINGERING_REFUSALS = 32
+#: Connections waiting for their head that an accept out of descriptors sheds.
+_SHED_ON_CAPACITY = 16
 
 
 def _is_loopback(host: str) -> bool:
@@ -122,8 +147,18 @@ class GatewayServer:
 
     @property
     def refusals(self) -> dict[str, int]:
-        """Handshakes refused before the upgrade, by cause (``origin``, ``host``, ``per_peer``)."""
+        """Connections and handshakes refused, by cause (`RefusalCause`: ``per_peer``, ...)."""
         return dict(self._state.counters.refusals)
+
+    @property
+    def pending_heads(self) -> int:
+        """TCP connections whose request head is not complete yet."""
+        return self._state.admission.pending
+
+    @property
+    def accept_errors(self) -> int:
+        """Accepts that failed for want of descriptors or kernel memory (EMFILE and co)."""
+        return self._state.counters.accept_errors
 
     @property
     def live_requests(self) -> int:
@@ -204,15 +239,15 @@ async def _refuse(
 
 
 async def _handle(
-    state: GatewayState, request: WebSocketRequest, peer: str
+    state: GatewayState, request: WebSocketRequest, ticket: Ticket
 ) -> WebSocketConnection | None:
-    """One websocket from address ``peer``. Its failures end it alone, never the gateway.
+    """One websocket (its admission ``ticket``). Its failures end it alone, never the gateway.
 
     Returns the websocket when it was accepted (for the caller to close).
     """
     accepted: list[WebSocketConnection] = []
     try:
-        await _serve_one(state, request, peer, accepted)
+        await _serve_one(state, request, ticket, accepted)
     except ConnectionClosed:
         pass  # the client left during the handshake
     except Exception as exc:
@@ -221,19 +256,20 @@ async def _handle(
         log_it, muted = state.failure_log.allow(type(exc).__name__, trio.current_time())
         if log_it:
             more = f" ({muted} more since the last one)" if muted else ""
-            log.exception("a gateway connection failed (peer %s)%s", peer, more)
+            log.exception("a gateway connection failed (peer %s)%s", ticket.peer, more)
     return accepted[0] if accepted else None
 
 
 async def _serve_one(
     state: GatewayState,
     request: WebSocketRequest,
-    peer: str,
+    ticket: Ticket,
     accepted: list[WebSocketConnection],
 ) -> None:
     """Admission, auth and subprotocol checks, then the websocket's `Connection`."""
     limits = state.limits
     counters = state.counters
+    peer = ticket.peer
     if state.stopping.is_set():
         state.refused(RefusalCause.SHUTDOWN)
         await _reject(request, 503, "the gateway is shutting down")
@@ -242,19 +278,12 @@ async def _serve_one(
     if refusal is not None:
         await _refuse(state, request, peer, refusal)
         return
-    if state.per_peer.get(peer, 0) >= limits.max_connections_per_peer:
-        message = (
-            f"this address has {limits.max_connections_per_peer} connections open "
-            "(maxConnectionsPerPeer)"
-        )
-        await _refuse(state, request, peer, Refusal("per_peer", message))
-        return
+    # (``max_connections_per_peer`` was checked at accept: this connection holds a slot.)
     if state.admitted >= limits.max_connections:
         state.refused(RefusalCause.LIMITS)
         await _reject(request, 503, f"the gateway serves {limits.max_connections} connections")
         return
     state.admitted += 1
-    state.per_peer[peer] = state.per_peer.get(peer, 0) + 1
     try:
         offered_token, offered = split_subprotocols(request.proposed_subprotocols)
         if state.token is not None:
@@ -285,25 +314,30 @@ async def _serve_one(
         ws = await request.accept(subprotocol=codec.subprotocol if offered else None)
         accepted.append(ws)
         counters.accepted += 1
-        conn = Connection(state, ws, codec, frame_limit=frame_limit)
+        conn = Connection(state, ws, codec, frame_limit=frame_limit, peer=peer)
         await conn.run()
         if conn.close_code == HEARTBEAT_CLOSE:
             with trio.move_on_after(limits.close_timeout):
                 await ws.aclose(HEARTBEAT_CLOSE, "heartbeat timeout")
     finally:
         state.admitted -= 1
-        left = state.per_peer.pop(peer) - 1
-        if left:
-            state.per_peer[peer] = left
+        # The slot is free once the websocket is done, as its close handshake
+        # tells the client (closing the socket follows, bounded).
+        state.admission.leave(ticket)
 
 
-async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float) -> None:
+async def _websocket(
+    state: GatewayState, stream: ReplayStream, deadline: float, ticket: Ticket | None = None
+) -> None:
     """Run trio-websocket over ``stream`` (an upgrade request the front door read).
 
     What trio-websocket's own server does per connection: the handshake by
     ``deadline``, the handler, then a close bounded by ``close_timeout``.
+    ``ticket``: the connection's admission (None: one that holds no slot).
     """
     limits = state.limits
+    if ticket is None:
+        ticket = Ticket(stream.peer, pending=False, held=False)
     try:
         async with trio.open_nursery() as nursery:
             with trio.CancelScope(deadline=deadline) as handshake:
@@ -313,7 +347,7 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
             if handshake.cancelled_caught:
                 state.refused(RefusalCause.TIMEOUT)
             else:
-                ws = await _handle(state, request, stream.peer)
+                ws = await _handle(state, request, ticket)
                 if ws is not None:
                     with trio.move_on_after(limits.close_timeout):
                         await ws.aclose()
@@ -321,6 +355,88 @@ async def _websocket(state: GatewayState, stream: ReplayStream, deadline: float)
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+@attrs.define(eq=False)
+class _Doorman:
+    """Admits each accepted connection (`_admission`) and starts its task; logs capacity trouble."""
+
+    state: GatewayState
+    front: FrontDoor
+    conns: trio.Nursery
+    #: One line per cause per `CAPACITY_LOG_INTERVAL` (causes, not addresses:
+    #: a flood from many addresses costs a line, not one per address).
+    _log: LogThrottle = attrs.field(factory=lambda: LogThrottle(CAPACITY_LOG_INTERVAL), init=False)
+    _lingering: int = attrs.field(default=0, init=False)
+
+    def _note(self, cause: str, message: str, *args: object) -> None:
+        log_it, muted = self._log.allow(cause, trio.current_time())
+        if log_it:
+            more = f" ({muted} more since the last line)" if muted else ""
+            log.warning(message + "%s", *args, more)
+
+    def on_stream(self, stream: trio.SocketStream) -> None:
+        state = self.state
+        # "?" when it left already: it then fails its first read, or its answer.
+        peer = peer_address(stream)
+        ticket, shed = state.admission.admit(peer)
+        for victim in shed:
+            victim.cancel()  # each logs itself as it closes (see _serve)
+        if ticket is None:
+            state.refused(RefusalCause.PER_PEER)
+            limit = state.limits.max_connections_per_peer
+            message = f"this address has {limit} connections open (maxConnectionsPerPeer)"
+            self._note("per_peer", "refused a connection from %s: %s", peer, message)
+            linger = self._lingering < _LINGERING_REFUSALS
+            self.conns.start_soon(self._refuse, stream, early_answer(503, message), linger)
+            return
+        self.conns.start_soon(self._serve, stream, ticket)
+
+    def on_capacity(self, error: OSError, pause: float) -> None:
+        self.state.counters.accept_errors += 1
+        shed = self.state.admission.oldest(_SHED_ON_CAPACITY)
+        for victim in shed:
+            victim.cancel()
+        name = errno.errorcode.get(error.errno or 0, str(error.errno))
+        self._note(
+            "capacity",
+            "accept failed: %s (%s); pausing accepts for %g s, closing the %d oldest "
+            "connection(s) waiting for their request head",
+            name,
+            os.strerror(error.errno or 0),
+            pause,
+            len(shed),
+        )
+
+    async def _refuse(self, stream: trio.SocketStream, answer: bytes, linger: bool) -> None:
+        self._lingering += linger
+        try:
+            await send_early_answer(stream, answer, linger=linger)
+        finally:
+            self._lingering -= linger
+
+    async def _serve(self, stream: trio.SocketStream, ticket: Ticket) -> None:
+        state = self.state
+        try:
+            await serve_stream(
+                self.front,
+                stream,
+                upgrade=partial(_websocket, state, ticket=ticket),
+                head_seconds=state.limits.handshake_timeout,
+                admission=state.admission,
+                ticket=ticket,
+            )
+        finally:
+            state.admission.leave(ticket)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+        if ticket.closed_shed:
+            self._note(
+                "pre_head",
+                "closed a connection from %s before its request head was complete: %s",
+                ticket.peer,
+                ticket.shed,
+            )
 
 
 def _bound_address(listener: trio.SocketListener) -> tuple[str, int]:
@@ -404,12 +520,6 @@ async def serve_gateway(
         page=_load_playground(),
         counters=state.counters,
     )
-    handler = partial(
-        serve_stream,
-        front,
-        upgrade=partial(_websocket, state),
-        head_seconds=limits.handshake_timeout,
-    )
     conns_done = trio.Event()
     listener = trio.CancelScope()
 
@@ -432,8 +542,9 @@ async def serve_gateway(
                 bound = await open_reuseport_listeners(host, port)
             else:
                 bound = await trio.open_tcp_listeners(port, host=host)
-            await trio.serve_listeners(
-                handler, bound, handler_nursery=conns, task_status=task_status
+            doorman = _Doorman(state, front, conns)
+            await serve_accepting(
+                bound, doorman.on_stream, doorman.on_capacity, task_status=task_status
             )
 
     server: GatewayServer | None = None
