@@ -128,16 +128,17 @@ def image_from_url(url: str, param: str, media_type: str | None = None) -> Image
 
 
 _PATH = re.compile(r" - at `\$(.*)`$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`")
+_UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
+_MISSING = re.compile(r"^Object missing required field `([^`]*)`")
 
 
 def _param_of(message: str) -> str | None:
     """The request parameter a msgspec message points at (``messages[0].content``), if any."""
     at = _PATH.search(message)
     path = at.group(1).lstrip(".") if at is not None else ""
-    unknown = _UNKNOWN.match(message)
-    if unknown is not None:
-        path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
+    named = _UNKNOWN.match(message) or _MISSING.match(message)
+    if named is not None:
+        path = f"{path}.{named.group(1)}" if path else named.group(1)
     return path or None
 
 

@@ -186,7 +186,8 @@ class _Reasoning(_Strict):
 
 
 class _Text(_Strict):
-    format: msgspec.Raw | None = None
+    #: Raw (msgspec takes no ``Raw | None``): empty when absent, ``null`` when null.
+    format: msgspec.Raw = msgspec.Raw()
     verbosity: str | None = None
 
 
@@ -206,7 +207,8 @@ class ResponsesRequest(_Strict):
     temperature: _Temperature | None = None
     top_p: float | None = None
     tools: list[msgspec.Raw] | None = None
-    tool_choice: msgspec.Raw | None = None
+    #: Raw: empty when absent, ``null`` when null.
+    tool_choice: msgspec.Raw = msgspec.Raw()
     parallel_tool_calls: bool | None = None
     reasoning: _Reasoning | None = None
     text: _Text | None = None
@@ -388,9 +390,13 @@ def _tools(request: ResponsesRequest) -> tuple[ToolSchema, ...] | None:
     return tuple(out)
 
 
+def _absent(raw: msgspec.Raw) -> bool:
+    return not raw or bytes(raw).strip() == b"null"
+
+
 def _tool_choice(request: ResponsesRequest) -> ToolChoice | None:
     raw = request.tool_choice
-    if raw is None:
+    if _absent(raw):
         return None
     if bytes(raw).lstrip().startswith(b'"'):
         value = decode_body(_str, raw, prefix="tool_choice")
@@ -404,8 +410,8 @@ def _tool_choice(request: ResponsesRequest) -> ToolChoice | None:
 
 
 def _format(request: ResponsesRequest) -> ResponseFormat | None:
-    raw = request.text.format if request.text is not None else None
-    if raw is None:
+    raw = request.text.format if request.text is not None else msgspec.Raw()
+    if _absent(raw):
         return None
     kind = decode_body(_head, raw, prefix="text.format").type
     if kind == "text":
@@ -543,7 +549,7 @@ def _echo(request: ResponsesRequest, tools: tuple[ToolSchema, ...] | None) -> di
             }
             for tool in tools or ()
         ],
-        "tool_choice": msgspec.json.decode(choice) if choice is not None else "auto",
+        "tool_choice": "auto" if _absent(choice) else msgspec.json.decode(choice),
         "parallel_tool_calls": True,
         "temperature": request.temperature,
         "top_p": request.top_p,
