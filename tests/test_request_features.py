@@ -7,6 +7,7 @@ the local upstream received); every other one refuses the request with
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -405,3 +406,73 @@ def test_every_adapter_declares_its_features() -> None:
     assert chat.request_features("p", "m") == llmrt.REQUEST_FEATURES
     assert DemoAdapter().request_features("p", "m") == {"tool-choice"}
     assert Plain().request_features("p", "m") == frozenset()
+
+
+# ---- the docs say what the adapters declare ------------------------------------------------
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+FEATURE_COLUMNS = ("tool-choice", "json-schema", "json-object", "strict-tools")
+
+
+def documented_features() -> dict[str, frozenset[str]]:
+    text = (DOCS / "adapters.md").read_text("utf-8")
+    table = text[text.index("| adapter (preset) |") :].split("\n\n", 1)[0]
+    out: dict[str, frozenset[str]] = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        marks = cells[1:]
+        features = frozenset(
+            f for f, mark in zip(FEATURE_COLUMNS, marks, strict=True) if mark == "yes"
+        )
+        adapter, _, presets = cells[0].partition(" (")
+        for preset in presets.rstrip(")").split(", ") if presets else [""]:
+            out[f"{adapter.strip('`')}:{preset.strip('`')}"] = features
+    return out
+
+
+def test_the_adapters_table_in_the_docs_is_what_each_adapter_declares() -> None:
+    from llmrt.adapters._presets import PRESETS
+    from llmrt.adapters.scripted import ScriptedAdapter
+
+    documented = documented_features()
+    declared: dict[str, frozenset[str]] = {
+        f"openai_chat:{name}": preset.dialect.features for name, preset in PRESETS.items()
+    }
+    declared["openai_responses:"] = OpenAIResponsesAdapter(
+        environ=ENV, api_key_env="TEST_KEY"
+    ).request_features("p", "m")
+    declared["anthropic:"] = AnthropicAdapter(environ=ENV, api_key_env="TEST_KEY").request_features(
+        "p", "m"
+    )
+    declared["gemini:"] = GeminiAdapter(environ=ENV, api_key_env="TEST_KEY").request_features(
+        "p", "m"
+    )
+    declared["demo:"] = DemoAdapter().request_features("p", "m")
+    declared["scripted:"] = ScriptedAdapter([]).request_features("p", "m")
+    assert documented == declared
+
+
+def test_the_vocabulary_example_runs_as_printed() -> None:
+    text = (DOCS / "vocabulary.md").read_text("utf-8")
+    start = text.index("### Optional request features")
+    block = text[
+        text.index("```python\n", start) + 10 : text.index(
+            "```\n", text.index("```python\n", start) + 10
+        )
+    ]
+    exec(compile(block, "docs/vocabulary.md", "exec"), {})
+
+
+async def test_the_protocol_example_refusal_is_what_the_runtime_says() -> None:
+    options = GenerateOptions(
+        provider="demo",
+        model="demo-1",
+        messages=(llmrt.user_message("x"),),
+        response_format=JsonObjectFormat(),
+    )
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["demo"], DemoAdapter())
+        async with rt.stream(options) as stream:
+            chunks = [chunk async for chunk in stream]
+    line = llmrt.encode(chunks[-1]).decode()
+    assert line in (DOCS / "protocol.md").read_text("utf-8")
