@@ -476,3 +476,24 @@ async def test_the_protocol_example_refusal_is_what_the_runtime_says() -> None:
             chunks = [chunk async for chunk in stream]
     line = llmrt.encode(chunks[-1]).decode()
     assert line in (DOCS / "protocol.md").read_text("utf-8")
+
+
+def test_the_new_fields_decode_beside_a_registered_block() -> None:
+    # A request holding a plugin's block is decoded by the open decoder (a mirror of
+    # GenerateOptions): the new fields must come out as the real classes there too.
+    @llmrt.register_content_block
+    class FeatureTestBlock(llmrt.Wire, frozen=True, tag_field="type", tag="feature-test-block"):
+        data: str
+
+    raw = (
+        b'{"provider":"p","model":"m","messages":[{"id":"m1","role":"user","content":'
+        b'[{"type":"feature-test-block","data":"x"}],"source":{"kind":"user"}}],'
+        b'"tools":[{"name":"f","description":"","parameters":{},"strict":true}],'
+        b'"toolChoice":{"type":"tool","name":"f"},'
+        b'"responseFormat":{"type":"json-schema","schema":{"type":"object"}}}'
+    )
+    options = llmrt.decode_request(raw)
+    assert type(options.messages[0].content[0]) is FeatureTestBlock
+    assert type(options.tool_choice) is NamedToolChoice
+    assert type(options.response_format) is JsonSchemaFormat
+    assert options.tools is not None and options.tools[0].strict is True
