@@ -55,6 +55,7 @@ from llmrt._chunks import (
 )
 from llmrt._content import ModelSource
 from llmrt._errors import ErrorCode, LlmError, LlmFailure, failure_of
+from llmrt._features import refuse_unsupported
 from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
@@ -726,9 +727,12 @@ class Call:
             return selected
         adapter, options = selected
         try:
-            return adapter.stream(options)
+            refusal = refuse_unsupported(adapter, options)
+            if refusal is None:
+                return adapter.stream(options)
         except Exception as exc:
             return self._adapter_failed(exc)
+        return Finish(reason=FinishError(failure=refusal))
 
     def _innermost(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         if self._inner is not None:

@@ -43,16 +43,20 @@ from llmrt import (
     FinishToolCalls,
     GenerateOptions,
     ImageBlock,
+    JsonSchemaFormat,
     LlmError,
     LlmFailure,
     Message,
+    NamedToolChoice,
     ReasoningBlock,
     ReplayEnvelope,
     StreamChunk,
     TextBlock,
     TokenUsage,
     ToolCallBlock,
+    ToolChoice,
     ToolResultBlock,
+    ToolSchema,
     require_block_types,
 )
 
@@ -525,6 +529,32 @@ def _user_content(message: Message, image_input: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _tool_choice(choice: ToolChoice, thinking: bool) -> dict[str, Any]:
+    if choice == "auto" or choice == "none":
+        return {"type": choice}
+    if thinking:
+        # Anthropic answers 400 for a forced tool with extended thinking on.
+        raise LlmError(
+            ErrorCode.INVALID_REQUEST,
+            "with extended thinking (a reasoning effort) Anthropic allows only the tool "
+            "choices `auto` and `none`; drop the effort or the forced tool",
+        )
+    if type(choice) is NamedToolChoice:
+        return {"type": "tool", "name": choice.name}
+    return {"type": "any"}  # required
+
+
+def _tool(tool: ToolSchema) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool.parameters,
+    }
+    if tool.strict is not None:
+        out["strict"] = tool.strict
+    return out
+
+
 def build_anthropic_body(
     options: GenerateOptions,
     *,
@@ -543,12 +573,15 @@ def build_anthropic_body(
     blocks are left out, and so are turns left empty. ``max_tokens`` is
     ``options.max_tokens`` or ``default_max_tokens``. ``thinking_budget_tokens``
     enables extended thinking (and then leaves ``temperature`` out, which
-    thinking does not allow).
+    thinking does not allow). A tool choice is ``tool_choice`` (``required`` is
+    ``any``), a JSON schema ``output_config.format``, a tool's ``strict`` its
+    ``strict``.
 
     Raises `LlmError` (``INVALID_REQUEST``) when a tool call's arguments are
     not a JSON object (naming the call id), or a tool block sits in the wrong role,
     and for a registered block type (`llmrt.register_content_block`) that the
-    Messages API has no form for.
+    Messages API has no form for, a forced tool choice with extended thinking,
+    and a JSON-object response format (the API has JSON schemas only).
     """
     # Extension blocks would otherwise be dropped silently below.
     require_block_types(options.messages, route=options.provider)
@@ -580,10 +613,20 @@ def build_anthropic_body(
     if system:
         body["system"] = system
     if options.tools:
-        body["tools"] = [
-            {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
-            for tool in options.tools
-        ]
+        body["tools"] = [_tool(tool) for tool in options.tools]
+    if options.tool_choice is not None:
+        body["tool_choice"] = _tool_choice(
+            options.tool_choice, thinking=thinking_budget_tokens is not None
+        )
+    fmt = options.response_format
+    if fmt is not None:
+        if type(fmt) is not JsonSchemaFormat:
+            # The runtime refuses it first (no json-object feature); a direct caller gets this.
+            raise LlmError(
+                ErrorCode.INVALID_REQUEST,
+                "the Messages API has no JSON-object mode; give a JSON schema",
+            )
+        body["output_config"] = {"format": {"type": "json_schema", "schema": fmt.schema}}
     if thinking_budget_tokens is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget_tokens}
     elif options.temperature is not None:

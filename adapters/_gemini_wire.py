@@ -44,8 +44,10 @@ from llmrt import (
     FinishToolCalls,
     GenerateOptions,
     ImageBlock,
+    JsonSchemaFormat,
     LlmError,
     Message,
+    NamedToolChoice,
     ReasoningBlock,
     ReplayEnvelope,
     StreamChunk,
@@ -533,6 +535,11 @@ def _user_parts(
     return parts + after
 
 
+#: ``functionCallingConfig.mode`` of each tool choice (a named tool is ``ANY``
+#: restricted to that one function).
+_MODES: Final = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
+
+
 def build_gemini_body(
     options: GenerateOptions,
     *,
@@ -555,7 +562,11 @@ def build_gemini_body(
     signature is left out. ``skip_signature`` (Gemini 3) puts Google's
     stand-in signature on the first function call of a turn that lost its
     own. ``thinking`` asks for thought summaries (``includeThoughts``);
-    ``thinking_budget`` sets ``thinkingBudget`` (0 turns thinking off).
+    ``thinking_budget`` sets ``thinkingBudget`` (0 turns thinking off). A tool
+    choice is ``toolConfig.functionCallingConfig`` (``AUTO`` / ``NONE`` /
+    ``ANY``, a named tool as ``allowedFunctionNames``); structured output is
+    ``responseMimeType: application/json`` with the schema as
+    ``responseJsonSchema``.
 
     Raises `LlmError` (``INVALID_REQUEST``) for tool-call arguments that are
     not a JSON object, a tool block in the wrong role, or a tool result whose
@@ -596,7 +607,18 @@ def build_gemini_body(
             for tool in options.tools
         ]
         body["tools"] = [{"functionDeclarations": declarations}]
+    choice = options.tool_choice
+    if choice is not None:
+        calling: dict[str, Any] = {"mode": _MODES.get(str(choice), "ANY")}
+        if type(choice) is NamedToolChoice:
+            calling["allowedFunctionNames"] = [choice.name]
+        body["toolConfig"] = {"functionCallingConfig": calling}
     config: dict[str, Any] = {}
+    fmt = options.response_format
+    if fmt is not None:
+        config["responseMimeType"] = "application/json"
+        if type(fmt) is JsonSchemaFormat:
+            config["responseJsonSchema"] = fmt.schema
     if options.temperature is not None:
         config["temperature"] = options.temperature
     if options.max_tokens is not None:

@@ -30,6 +30,10 @@ import attrs
 import msgspec
 
 from llmrt import (
+    JSON_OBJECT,
+    JSON_SCHEMA,
+    STRICT_TOOLS,
+    TOOL_CHOICE,
     ErrorCode,
     FinishMaxTokens,
     FinishReason,
@@ -37,15 +41,21 @@ from llmrt import (
     FinishToolCalls,
     GenerateOptions,
     ImageBlock,
+    JsonObjectFormat,
+    JsonSchemaFormat,
     LlmError,
     LlmFailure,
     Message,
+    NamedToolChoice,
     ReasoningBlock,
+    ResponseFormat,
     StreamChunk,
     TextBlock,
     TokenUsage,
     ToolCallBlock,
+    ToolChoice,
     ToolResultBlock,
+    ToolSchema,
     require_block_types,
 )
 
@@ -54,7 +64,7 @@ from ._bodies import describe_json_error
 from ._classify import classify_stream_error
 from ._prompt import image_placeholder, system_prompt, tool_result_text
 
-__all__ = ["OpenAIStreamDecoder", "build_openai_body"]
+__all__ = ["OpenAIStreamDecoder", "build_openai_body", "openai_response_format"]
 
 
 # --- provider structs: only the fields we read; unknown fields are ignored ---
@@ -141,6 +151,13 @@ _MAX_TOKENS = FinishMaxTokens()
 ReasoningField = Literal["reasoning_content", "reasoning"]
 UsageRule = Literal["included", "excluded", "by-total"]
 
+#: Every optional request feature: OpenAI's own API, and servers known only as
+#: "OpenAI-compatible" (llmrt sends what OpenAI's API defines; such a server
+#: answers for itself).
+_ALL_FEATURES = frozenset({TOOL_CHOICE, JSON_SCHEMA, JSON_OBJECT, STRICT_TOOLS})
+#: Tool choice and both response formats, without strict tool schemas.
+_COMMON_FEATURES = frozenset({TOOL_CHOICE, JSON_SCHEMA, JSON_OBJECT})
+
 
 @attrs.frozen
 class Dialect:
@@ -167,6 +184,9 @@ class Dialect:
     effort_none_body: Mapping[str, Any] | None = None
     #: Whether to ask for usage in the stream (``stream_options.include_usage``).
     stream_usage: bool = True
+    #: The optional request features the server honours (`llmrt.REQUEST_FEATURES`):
+    #: ``tool_choice``, ``response_format`` json_schema / json_object, ``strict`` tools.
+    features: frozenset[str] = _ALL_FEATURES
 
 
 DIALECTS: Mapping[str, Dialect] = {
@@ -178,18 +198,55 @@ DIALECTS: Mapping[str, Dialect] = {
             reasoning_fields=("reasoning_content",),
             reasoning_back_field="reasoning_content",
             effort_none_body={"thinking": {"type": "disabled"}},
+            # JSON output is json_object only; strict tools need DeepSeek's beta endpoint.
+            features=frozenset({TOOL_CHOICE, JSON_OBJECT}),
         ),
-        Dialect(name="openrouter", reasoning_fields=("reasoning", "reasoning_content")),
-        Dialect(name="groq", reasoning_fields=("reasoning",)),
-        Dialect(name="cerebras", reasoning_fields=("reasoning",)),
-        Dialect(name="mistral", reasoning_fields=()),
-        Dialect(name="xai", reasoning_fields=("reasoning_content",), usage_reasoning="by-total"),
-        Dialect(name="together", reasoning_fields=("reasoning", "reasoning_content")),
-        Dialect(name="fireworks", reasoning_fields=("reasoning_content", "reasoning")),
-        Dialect(name="vllm", reasoning_fields=("reasoning", "reasoning_content")),
-        Dialect(name="ollama", reasoning_fields=("reasoning", "reasoning_content")),
-        Dialect(name="llama.cpp", reasoning_fields=("reasoning_content", "reasoning")),
-        Dialect(name="lmstudio", reasoning_fields=("reasoning", "reasoning_content")),
+        Dialect(
+            name="openrouter",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            features=_COMMON_FEATURES,
+        ),
+        Dialect(name="groq", reasoning_fields=("reasoning",), features=_COMMON_FEATURES),
+        Dialect(name="cerebras", reasoning_fields=("reasoning",), features=_COMMON_FEATURES),
+        Dialect(name="mistral", reasoning_fields=(), features=_COMMON_FEATURES),
+        Dialect(
+            name="xai",
+            reasoning_fields=("reasoning_content",),
+            usage_reasoning="by-total",
+            features=_COMMON_FEATURES,
+        ),
+        Dialect(
+            name="together",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            features=_COMMON_FEATURES,
+        ),
+        Dialect(
+            name="fireworks",
+            reasoning_fields=("reasoning_content", "reasoning"),
+            features=_COMMON_FEATURES,
+        ),
+        Dialect(
+            name="vllm",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            features=_COMMON_FEATURES,
+        ),
+        # Ollama's OpenAI endpoint ignores tool_choice: refusing beats a silent drop.
+        Dialect(
+            name="ollama",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            features=frozenset({JSON_SCHEMA, JSON_OBJECT}),
+        ),
+        Dialect(
+            name="llama.cpp",
+            reasoning_fields=("reasoning_content", "reasoning"),
+            features=_COMMON_FEATURES,
+        ),
+        # LM Studio takes json_schema, not json_object.
+        Dialect(
+            name="lmstudio",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            features=frozenset({TOOL_CHOICE, JSON_SCHEMA}),
+        ),
     )
 }
 
@@ -501,6 +558,36 @@ def _assistant_message(message: Message, dialect: Dialect) -> dict[str, Any]:
     return out
 
 
+def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if type(choice) is NamedToolChoice:
+        return {"type": "function", "function": {"name": choice.name}}
+    return str(choice)
+
+
+def openai_response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    """Chat completions' ``response_format`` for a `ResponseFormat`."""
+    if type(fmt) is JsonObjectFormat:
+        return {"type": "json_object"}
+    assert type(fmt) is JsonSchemaFormat, fmt
+    schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema}
+    if fmt.description is not None:
+        schema["description"] = fmt.description
+    if fmt.strict is not None:
+        schema["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _function(tool: ToolSchema) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    }
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return function
+
+
 def build_openai_body(
     options: GenerateOptions,
     *,
@@ -520,7 +607,9 @@ def build_openai_body(
     except in its ``reasoning_back_field`` on tool-calling turns (DeepSeek);
     the effort ``none`` becomes its ``effort_none_body`` where it has one
     (DeepSeek: thinking disabled); any other effort is sent as
-    ``reasoning_effort``.
+    ``reasoning_effort``. ``tool_choice``, ``response_format`` and each tool's
+    ``strict`` go as OpenAI's API defines them (the runtime has checked them
+    against the dialect's ``features``).
 
     Raises `LlmError` (``INVALID_REQUEST``) for a tool call in a user message
     or a tool result in an assistant message, and for a registered block type
@@ -543,16 +632,12 @@ def build_openai_body(
         body["stream_options"] = {"include_usage": True}
     if options.tools:
         body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                },
-            }
-            for tool in options.tools
+            {"type": "function", "function": _function(tool)} for tool in options.tools
         ]
+    if options.tool_choice is not None:
+        body["tool_choice"] = _tool_choice(options.tool_choice)
+    if options.response_format is not None:
+        body["response_format"] = openai_response_format(options.response_format)
     if options.temperature is not None:
         body["temperature"] = options.temperature
     if options.max_tokens is not None:

@@ -41,11 +41,15 @@ from llmrt import (
     FinishToolCalls,
     GenerateOptions,
     ImageBlock,
+    JsonObjectFormat,
+    JsonSchemaFormat,
     LlmError,
     LlmFailure,
     Message,
+    NamedToolChoice,
     ReasoningBlock,
     ReplayEnvelope,
+    ResponseFormat,
     StreamChunk,
     TextBlock,
     TokenUsage,
@@ -456,6 +460,19 @@ def _assistant_items(message: Message) -> list[dict[str, Any]]:
     return out
 
 
+def _text_format(fmt: ResponseFormat) -> dict[str, Any]:
+    if type(fmt) is JsonObjectFormat:
+        return {"type": "json_object"}
+    assert type(fmt) is JsonSchemaFormat, fmt
+    out: dict[str, Any] = {"type": "json_schema", "name": fmt.name or "response"}
+    out["schema"] = fmt.schema
+    if fmt.description is not None:
+        out["description"] = fmt.description
+    if fmt.strict is not None:
+        out["strict"] = fmt.strict
+    return out
+
+
 def build_responses_body(
     options: GenerateOptions, *, image_input: bool, reasoning: bool
 ) -> dict[str, Any]:
@@ -470,7 +487,9 @@ def build_responses_body(
     from the message's replay envelope; reasoning without it is left out.
     ``reasoning`` (a reasoning model) asks for summaries and the encrypted
     reasoning (``include``), and leaves ``temperature`` out, which reasoning
-    models refuse; an explicit effort goes to ``reasoning.effort``.
+    models refuse; an explicit effort goes to ``reasoning.effort``. A tool
+    choice is ``tool_choice``, structured output ``text.format``, and a tool's
+    ``strict`` its ``strict`` (False unless the tool says True).
 
     Raises `LlmError` (``INVALID_REQUEST``) for stop sequences (the Responses
     API has none) and for a tool block in the wrong role.
@@ -503,10 +522,20 @@ def build_responses_body(
                 "name": tool.name,
                 "description": tool.description,
                 "parameters": tool.parameters,
-                "strict": False,
+                # The API's own default is strict; llmrt's is the schema as written.
+                "strict": bool(tool.strict),
             }
             for tool in options.tools
         ]
+    choice = options.tool_choice
+    if choice is not None:
+        body["tool_choice"] = (
+            {"type": "function", "name": choice.name}
+            if type(choice) is NamedToolChoice
+            else str(choice)
+        )
+    if options.response_format is not None:
+        body["text"] = {"format": _text_format(options.response_format)}
     if options.max_tokens is not None:
         body["max_output_tokens"] = options.max_tokens
     effort = options.reasoning_effort

@@ -17,6 +17,9 @@ import attrs
 import msgspec
 
 from llmrt import (
+    JSON_SCHEMA,
+    STRICT_TOOLS,
+    TOOL_CHOICE,
     Adapter,
     GenerateOptions,
     ModelInfo,
@@ -42,6 +45,8 @@ API_VERSION = "2023-06-01"
 #: Extended-thinking token budgets of the reasoning efforts.
 THINKING_BUDGETS: Mapping[str, int] = {"low": 2_048, "medium": 8_192, "high": 24_576}
 _EFFORTS = tuple(THINKING_BUDGETS)
+#: The Messages API has no JSON-object mode, only JSON schemas.
+_FEATURES = frozenset({TOOL_CHOICE, JSON_SCHEMA, STRICT_TOOLS})
 
 ANTHROPIC_MODELS = (
     ModelSpec(
@@ -133,6 +138,10 @@ class AnthropicAdapter(HttpAdapter):
             provider_kind="anthropic",
             events=_AnthropicEvents(),
         )
+
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """Tool choice, JSON-schema output (``output_config.format``), strict tools."""
+        return _FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)

@@ -3,7 +3,8 @@
 It answers every request the same way for the same input: reasoning first
 (longer for a higher reasoning effort), then a text answer that quotes the
 last user message, then — when the request offers tools — one call of the
-first tool. ``tokens_per_second`` paces the stream like a real model (None:
+first tool (of the named tool for a named tool choice, none for ``none``).
+``tokens_per_second`` paces the stream like a real model (None:
 as fast as the runtime takes it). ``max_tokens`` truncates the answer with a
 ``max-tokens`` finish. Usage counts words as tokens.
 """
@@ -20,6 +21,7 @@ import outcome
 import trio
 
 from llmrt import (
+    TOOL_CHOICE,
     Adapter,
     BlockEnd,
     BlockStart,
@@ -31,6 +33,7 @@ from llmrt import (
     ModelContext,
     ModelInfo,
     ModelReasoningInfo,
+    NamedToolChoice,
     ProviderInfo,
     ReasoningBlock,
     ReasoningDelta,
@@ -43,6 +46,7 @@ from llmrt import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
+    ToolSchema,
     UsageChunk,
 )
 
@@ -71,6 +75,16 @@ def _prompt(options: GenerateOptions) -> str:
             if texts:
                 return " ".join(texts)
     return ""
+
+
+def _chosen_tool(options: GenerateOptions) -> ToolSchema | None:
+    """The tool the demo calls: the named one, none for ``none``, else the first."""
+    choice = options.tool_choice
+    if not options.tools or choice == "none":
+        return None
+    if isinstance(choice, NamedToolChoice):
+        return next((t for t in options.tools if t.name == choice.name), None)
+    return options.tools[0]
 
 
 class _Wait:
@@ -164,6 +178,10 @@ class DemoAdapter(Adapter):
     default_max_tokens: int = 1_024
     _pacer: _Pacer = attrs.field(factory=_Pacer, init=False, repr=False)
 
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """A tool choice (honoured as the module docstring says); no structured output."""
+        return frozenset({TOOL_CHOICE})
+
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name="llmrt demo model (offline)")
 
@@ -230,8 +248,8 @@ class DemoAdapter(Adapter):
                 break
 
         called = False
-        if not truncated and options.tools:
-            tool = options.tools[0]
+        tool = _chosen_tool(options)
+        if not truncated and tool is not None:
             call_id = f"call_demo_{len(options.messages)}"
             arguments = json.dumps({"input": prompt[:200]})
             fragments = [arguments[i : i + 8] for i in range(0, len(arguments), 8)]

@@ -19,6 +19,9 @@ import attrs
 import msgspec
 
 from llmrt import (
+    JSON_OBJECT,
+    JSON_SCHEMA,
+    TOOL_CHOICE,
     Adapter,
     GenerateOptions,
     ModelInfo,
@@ -42,6 +45,7 @@ __all__ = ["PLUGIN", "GeminiConfig", "GEMINI_MODELS", "THINKING_BUDGETS", "Gemin
 
 #: Thinking budgets (tokens) of the reasoning efforts; ``none`` turns thinking off.
 THINKING_BUDGETS: Mapping[str, int] = {"none": 0, "low": 1_024, "medium": 8_192, "high": 24_576}
+_FEATURES = frozenset({TOOL_CHOICE, JSON_SCHEMA, JSON_OBJECT})
 _ON = ("low", "medium", "high")
 _ANY = ("none", *_ON)
 
@@ -179,6 +183,10 @@ class GeminiAdapter(HttpAdapter):
             provider_kind="gemini",
             events=_GeminiEvents(),
         )
+
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """Tool choice and both structured outputs; Gemini has no strict tool schemas."""
+        return _FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)

@@ -169,6 +169,10 @@ class OpenAIChatAdapter(HttpAdapter):
             events=_OpenAIEvents(self._preset.dialect),
         )
 
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """What the preset's dialect honours (`Dialect.features`)."""
+        return self._preset.dialect.features
+
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name or self._preset.display_name)
 

@@ -18,6 +18,7 @@ import attrs
 import msgspec
 
 from llmrt import (
+    REQUEST_FEATURES,
     Adapter,
     GenerateOptions,
     ModelInfo,
@@ -144,6 +145,10 @@ class OpenAIResponsesAdapter(HttpAdapter):
             provider_kind="openai",
             events=_ResponsesEvents(),
         )
+
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """All of them: tool choice, both structured outputs, strict tools."""
+        return REQUEST_FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.display_name)

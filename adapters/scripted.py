@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from llmrt import (
+    REQUEST_FEATURES,
     Adapter,
     BlockEnd,
     BlockStart,
@@ -98,6 +99,9 @@ class ScriptedAdapter(Adapter):
     retry_policy: ResolvedRetryPolicy | None = None
     #: Display names by route; defaults to the route name.
     names: Mapping[str, str] = attrs.field(factory=dict)
+    #: The optional request features it accepts (a script plays whatever the
+    #: test asks for, so by default all of them; a test of refusals narrows it).
+    features: frozenset[str] = REQUEST_FEATURES
     requests: list[GenerateOptions] = attrs.field(factory=list, init=False)
     #: trio time at which each stream of this adapter was closed, in order.
     closed_at: list[float] = attrs.field(factory=list, init=False)
@@ -121,6 +125,9 @@ class ScriptedAdapter(Adapter):
         finally:
             self.open_streams -= 1
             self.closed_at.append(trio.current_time())
+
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        return self.features
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(id=provider, name=self.names.get(provider, provider))

@@ -67,6 +67,13 @@ from ._errors import ErrorCode as ErrorCode
 from ._errors import LlmError as LlmError
 from ._errors import LlmFailure as LlmFailure
 from ._errors import failure_of as failure_of
+from ._features import JSON_OBJECT as JSON_OBJECT
+from ._features import JSON_SCHEMA as JSON_SCHEMA
+from ._features import REQUEST_FEATURES as REQUEST_FEATURES
+from ._features import STRICT_TOOLS as STRICT_TOOLS
+from ._features import TOOL_CHOICE as TOOL_CHOICE
+from ._features import refuse_unsupported as refuse_unsupported
+from ._features import required_features as required_features
 from ._identity import AppIdentity as AppIdentity
 from ._identity import app_identity as app_identity
 from ._identity import attribution_headers as attribution_headers
@@ -91,15 +98,20 @@ from ._request import CallConfigDefaults as CallConfigDefaults
 from ._request import ConfigurableProvider as ConfigurableProvider
 from ._request import DiscoveredModel as DiscoveredModel
 from ._request import GenerateOptions as GenerateOptions
+from ._request import JsonObjectFormat as JsonObjectFormat
+from ._request import JsonSchemaFormat as JsonSchemaFormat
 from ._request import LlmCallConfig as LlmCallConfig
 from ._request import ModelContext as ModelContext
 from ._request import ModelDiscoveryRequest as ModelDiscoveryRequest
 from ._request import ModelInfo as ModelInfo
 from ._request import ModelModality as ModelModality
 from ._request import ModelReasoningInfo as ModelReasoningInfo
+from ._request import NamedToolChoice as NamedToolChoice
 from ._request import ProviderInfo as ProviderInfo
 from ._request import ReasoningEffortInfo as ReasoningEffortInfo
 from ._request import ResolvedModelInfo as ResolvedModelInfo
+from ._request import ResponseFormat as ResponseFormat
+from ._request import ToolChoice as ToolChoice
 from ._request import ToolSchema as ToolSchema
 from ._retry import DEFAULT_RETRYABLE_CODES as DEFAULT_RETRYABLE_CODES
 from ._retry import NEVER_RETRIED_CODES as NEVER_RETRIED_CODES
@@ -169,6 +181,18 @@ __all__ = [
     "registered_message_sources",
     "require_block_types",
     "close_on_stop",
+    "REQUEST_FEATURES",
+    "TOOL_CHOICE",
+    "JSON_SCHEMA",
+    "JSON_OBJECT",
+    "STRICT_TOOLS",
+    "required_features",
+    "refuse_unsupported",
+    "NamedToolChoice",
+    "ToolChoice",
+    "JsonSchemaFormat",
+    "JsonObjectFormat",
+    "ResponseFormat",
     "Wire",
     "DEFAULT_RETRYABLE_CODES",
     "Adapter",

@@ -77,6 +77,17 @@ class Adapter(abc.ABC):
         """
         return None
 
+    def request_features(self, provider: str, model: str) -> frozenset[str]:
+        """The optional request features this adapter sends for one route and model.
+
+        Names from ``llmrt.REQUEST_FEATURES`` (``tool-choice``, ``json-schema``,
+        ``json-object``, ``strict-tools``). The runtime refuses a request that
+        needs a feature not listed here with ``INVALID_REQUEST`` before
+        `stream` is called, so nothing is dropped silently. Default: none.
+        Synchronous and without I/O; asked only of requests that need a feature.
+        """
+        return frozenset()
+
     def image_request_policy(self, provider: str, model: str) -> ImageRequestPolicy | None:
         """How one route takes images: the version it wants and what it leaves out.
 

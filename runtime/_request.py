@@ -12,6 +12,11 @@ from ._wire import Wire
 
 __all__ = [
     "ToolSchema",
+    "NamedToolChoice",
+    "ToolChoice",
+    "JsonSchemaFormat",
+    "JsonObjectFormat",
+    "ResponseFormat",
     "GenerateOptions",
     "LlmCallConfig",
     "CallConfigDefaults",
@@ -39,8 +44,53 @@ class ToolSchema(Wire, frozen=True):
     #: Deep-frozen when the schema is built: a `FrozenDict` (mutation raises).
     parameters: dict[str, Any]
 
+    #: True: the provider must constrain the arguments to ``parameters`` (strict
+    #: mode); False: best effort; None: the route's default. True needs the
+    #: adapter's ``strict-tools`` feature (`Adapter.request_features`).
+    strict: bool | None = None
+
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "parameters", deep_freeze(self.parameters))
+
+
+class NamedToolChoice(Wire, frozen=True, tag_field="type", tag="tool"):
+    """The model must call this tool (one of the request's ``tools``)."""
+
+    name: _NonEmpty
+
+
+#: How the model may use the request's tools: ``auto`` (it decides; every
+#: provider's default), ``none`` (no tool call), ``required`` (at least one
+#: call), or a `NamedToolChoice`. Anything but ``auto`` needs the adapter's
+#: ``tool-choice`` feature.
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class JsonSchemaFormat(Wire, frozen=True, tag_field="type", tag="json-schema"):
+    """The answer's text must be JSON matching ``schema`` (structured output).
+
+    ``name`` labels the schema for providers that want one (OpenAI's
+    ``json_schema.name``; adapters use ``response`` when it is None).
+    ``strict`` as in OpenAI's API: True constrains decoding to the schema.
+    """
+
+    #: Deep-frozen when the format is built, like `ToolSchema.parameters`.
+    schema: dict[str, Any]
+    name: str | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "schema", deep_freeze(self.schema))
+
+
+class JsonObjectFormat(Wire, frozen=True, tag_field="type", tag="json-object"):
+    """The answer's text must be a JSON object, of no particular schema (JSON mode)."""
+
+
+#: Structured output: `JsonSchemaFormat` (adapter feature ``json-schema``) or
+#: `JsonObjectFormat` (``json-object``). None: free text.
+ResponseFormat = JsonSchemaFormat | JsonObjectFormat
 
 
 class GenerateOptions(Wire, frozen=True):
@@ -63,6 +113,10 @@ class GenerateOptions(Wire, frozen=True):
     stop: tuple[str, ...] | None = None
     session_id: str | None = None
     purpose: Literal["compaction", "session-title"] | None = None
+    #: How the model may use ``tools`` (None: ``auto``); see `ToolChoice`.
+    tool_choice: ToolChoice | None = None
+    #: Structured output (None: free text); see `ResponseFormat`.
+    response_format: ResponseFormat | None = None
 
 
 class LlmCallConfig(Wire, frozen=True):
