@@ -160,12 +160,18 @@ def _build(doc: str, tmp: Path) -> tuple[Env, Path]:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Env, Path]]:
     """Each page's package, built once for all its blocks."""
-    built: dict[str, tuple[Env, Path]] = {}
+    built: dict[str, tuple[Env, Path] | BaseException] = {}
 
     def package(doc: str) -> tuple[Env, Path]:
         if doc not in built:
-            built[doc] = _build(doc, tmp_path_factory.mktemp("package"))
-        return built[doc]
+            try:
+                built[doc] = _build(doc, tmp_path_factory.mktemp("package"))
+            except BaseException as failure:  # pytest.fail's too: each block reports it
+                built[doc] = failure
+        found = built[doc]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     return package
 
