@@ -19,6 +19,7 @@ import sysconfig
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from xml.etree import ElementTree
 
 import attrs
 import pytest
@@ -76,13 +77,51 @@ def page_file(example: Example, name: str) -> Example:
     return found[0]
 
 
-def run_pytest(example: Example, where: Env) -> None:
-    pyproject = page_file(example, "pyproject.toml")
-    (where.cwd / "pyproject.toml").write_text(pyproject.code, encoding="utf-8")
-    test = where.cwd / f"test_{Path(example.doc).stem}_{example.line}.py"
-    test.write_text(program(example), encoding="utf-8")
-    output = passed(run([where.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], where))
-    assert re.search(r"\b[1-9]\d* passed\b", output), output
+@attrs.frozen
+class PytestRun:
+    """One pytest run of a page's test blocks, each its own module: what each module did."""
+
+    output: str
+    outcomes: dict[str, list[str]]  # module name -> "passed" or the failure, per test
+
+
+def _pytest_page(doc: str, tmp: Path) -> PytestRun:
+    blocks = [e for e in EXAMPLES if e.doc == doc and "pytest" in e.needs]
+    pyproject = page_file(blocks[0], "pyproject.toml")
+    (tmp / "pyproject.toml").write_text(pyproject.code, encoding="utf-8")
+    for block in blocks:
+        (tmp / f"{_module(block)}.py").write_text(program(block), encoding="utf-8")
+    where = Env(tmp, clean_env(shims(tmp / "bin", sys.executable)))
+    # One process for the page: a pytest start costs more than most of its tests.
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=run.xml"]
+    result = run(argv, where)
+    outcomes: dict[str, list[str]] = {}
+    for case in ElementTree.parse(tmp / "run.xml").iter("testcase"):
+        failed = [f"{c.tag}: {c.get('message')}" for c in case if c.tag in ("failure", "error")]
+        outcomes.setdefault(case.get("classname", ""), []).extend(failed or ["passed"])
+    return PytestRun(result.stdout + result.stderr, outcomes)
+
+
+def _module(example: Example) -> str:
+    return f"test_{Path(example.doc).stem}_{example.line}"
+
+
+@pytest.fixture(scope="module")
+def pytest_pages(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], PytestRun]:
+    done: dict[str, PytestRun] = {}
+
+    def page(doc: str) -> PytestRun:
+        if doc not in done:
+            done[doc] = _pytest_page(doc, tmp_path_factory.mktemp("pytest"))
+        return done[doc]
+
+    return page
+
+
+def check_pytest(example: Example, page: PytestRun) -> None:
+    outcomes = page.outcomes.get(_module(example), [])
+    if not outcomes or outcomes != ["passed"] * len(outcomes):
+        pytest.fail(f"{example.id}: {outcomes or 'no test ran'}\n{page.output}", pytrace=False)
 
 
 def check_ci(example: Example, where: Env) -> None:
@@ -223,8 +262,10 @@ def test_the_example_runs(example: Example, plain: Env, request: pytest.FixtureR
         where = attrs.evolve(where, address=request.getfixturevalue("gateway"))
     if "ci" in example.needs:
         check_ci(example, where)
+    elif example.lang == "python" and "pytest" in example.needs:
+        check_pytest(example, request.getfixturevalue("pytest_pages")(example.doc))
     elif example.lang == "python":
-        (run_pytest if "pytest" in example.needs else run_python)(example, where)
+        run_python(example, where)
     elif example.lang == "toml" and example.file_name == "pyproject.toml":
         tomllib.loads(example.code)  # the page's pytest configuration, used by its tests
     elif example.lang == "toml":
