@@ -13,6 +13,7 @@ is a server left running until the block ends: on a free port, its address
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -122,13 +123,15 @@ class Background:
 
     @classmethod
     def start(cls, command: str, where: Env) -> Background:
+        # Its own process group: the signals reach the server, not only its shell.
         proc = subprocess.Popen(
-            ["bash", "-c", f"exec {command}"],
+            ["bash", "-c", command],
             cwd=where.cwd,
             env=where.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
         started = cls(proc)
         threading.Thread(target=started._read, daemon=True).start()
@@ -160,12 +163,14 @@ class Background:
         return found.group(1)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+        """Ctrl-C, as a reader stops it; killed if it is still there 15 s later."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGINT)
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
 

@@ -13,8 +13,9 @@ fence, in an HTML comment; the test provides exactly that:
     a gateway (``llmrt serve`` on the demo) on a free port; the block's
     ``127.0.0.1:8765`` (the address README.md starts one on) becomes its address.
 ``<!-- needs: pytest -->``
-    the block is a test module: pytest runs it with the configuration of the
-    page's ``# pyproject.toml`` block.
+    the block is a test module: pytest runs it (with the page's other test
+    modules) under the configuration of the page's ``# pyproject.toml``
+    block, and every test in it must pass.
 ``<!-- needs: package -->``
     the page's example package: its ``needs: package`` blocks whose first
     line names a file (``# pyproject.toml``, ``# NAME.py``) are built into a

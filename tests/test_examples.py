@@ -318,6 +318,18 @@ def test_console_output_must_be_printed(plain: Env) -> None:
         run_steps(_example("console", "$ llmrt no-such-command\n"), plain)
 
 
+def test_a_server_started_with_ampersand_serves_the_later_commands(plain: Env) -> None:
+    shown = (
+        "$ LLMRT_GATEWAY_TOKEN=tok-0123456789abcdef llmrt serve --port 8765 &\n"
+        "auth: on (bearer token from $LLMRT_GATEWAY_TOKEN)\n"
+        "$ llmrt call hi --via ws://127.0.0.1:8765/ --token-env T\n"
+    )
+    with pytest.raises(pytest.fail.Exception, match="AUTH"):
+        run_steps(_example("console", shown), plain)
+    token = attrs.evolve(plain, env={**plain.env, "T": "tok-0123456789abcdef"})
+    run_steps(_example("console", shown + "finish: stop\n"), token)
+
+
 def test_pip_only_checks_what_is_installed(plain: Env) -> None:
     run_steps(_example("sh", 'pip install "llmrt[otel]"\n'), plain)
     with pytest.raises(pytest.fail.Exception, match=r"llmrt has no extra \['nope'\]"):
