@@ -156,6 +156,18 @@ def test_a_sudo_that_asks_for_a_password_counts_as_no_root(tmp_path: pathlib.Pat
     assert machine.calls() == ["sudo -n true"]
 
 
+def test_without_apt_get_the_packages_are_named(tmp_path: pathlib.Path) -> None:
+    machine = Machine(tmp_path, uid=0, installed={"chromium", "chromium-driver"}, sudo=False)
+    (machine.bin / "apt-get").unlink()
+    result = machine.run()
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        "scripts/test: the tests need these packages, which are not installed: "
+        "nginx redis-server (Debian's names); install them, then run scripts/test again\n"
+    )
+    assert machine.calls() == []
+
+
 @pytest.mark.parametrize(("uid", "sudo"), [(0, False), (1000, True)], ids=["root", "sudo"])
 def test_missing_packages_are_installed_then_pytest_runs(
     tmp_path: pathlib.Path, uid: int, sudo: bool
