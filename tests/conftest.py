@@ -2,19 +2,35 @@
 
 Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`).
 Helpers (plain functions, ``from conftest import ...``): `make_options`,
-`collect`, `finish_reason`.
+`collect`, `finish_reason`, `examples`.
+
+Hypothesis profiles: ``$LLMRT_HYPOTHESIS_PROFILE`` selects one. ``dev`` (the
+default) runs a fifth of every property test's examples, so the suite stays
+quick to run while working; ``ci`` (what ``.ci/run`` sets) runs the full count.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import llmrt
 from llmrt import Finish, FinishReason, GenerateOptions, StreamChunk, user_message
+
+#: ``max_examples`` is hypothesis' own default in ``ci``; `examples` scales by it.
+settings.register_profile("ci", max_examples=100, deadline=None)
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.load_profile(os.environ.get("LLMRT_HYPOTHESIS_PROFILE", "dev"))
+
+
+def examples(full: int) -> int:
+    """A property test's example count: ``full`` under the ``ci`` profile, a fifth under ``dev``."""
+    return max(10, full * settings().max_examples // 100)
 
 
 @pytest.fixture

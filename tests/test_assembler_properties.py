@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,7 @@ from llmrt import (
 )
 
 #: Derandomized (and no example database) so every run checks the same examples.
-SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None)
+SETTINGS = settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 
 intended_blocks = st.one_of(
     st.builds(TextBlock, text=st.text()),

@@ -24,6 +24,7 @@ import itertools
 import h11
 import httpx
 import pytest
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -225,7 +226,7 @@ def splits(wire: bytes, cuts: list[int]) -> list[bytes]:
     return [wire[a:b] for a, b in itertools.pairwise(edges) if a < b]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(response=responses(), cuts=st.lists(st.integers(min_value=0), max_size=12))
 @example(response=(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"GET"), cuts=[3, 20])
 def test_h11lite_agrees_with_h11(response: tuple[bytes, bytes], cuts: list[int]) -> None:

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 import trio
 from _image_support import MemoryStore, image_route
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -505,7 +506,7 @@ _policies = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(sizes=_sizes, policy=_policies, split=st.integers(min_value=0, max_value=40))
 def test_the_prefix_count_equals_what_the_projection_removed(
     sizes: list[int], policy: ImageOffloadPolicy, split: int

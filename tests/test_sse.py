@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -328,13 +329,13 @@ def reference(body: bytes) -> list[SSEEvent]:
     return events
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=_bodies())
 def test_agrees_with_reference(body: bytes) -> None:
     assert parse(body) == reference(body)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=_bodies(), cuts=st.lists(st.integers(min_value=0), max_size=40))
 def test_any_split_gives_same_events(body: bytes, cuts: list[int]) -> None:
     whole = parse(body)
@@ -343,7 +344,7 @@ def test_any_split_gives_same_events(body: bytes, cuts: list[int]) -> None:
     assert parse_data_pieces(pieces) == [e.data for e in whole]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(body=_bodies(), cuts=st.lists(st.integers(min_value=0), max_size=40))
 def test_line_ending_style_does_not_matter(body: bytes, cuts: list[int]) -> None:
     lf = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
