@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+import trio
+from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt.actors.app.cli import main
@@ -202,3 +204,49 @@ def test_serve_sets_up_the_collector_for_its_own_process_unless_told_not_to(tuni
             server.communicate()
     # The test process's own collector is untouched (the library never sets it).
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+#: Processes started at once by the race test; each has its own chance of hitting the window.
+RACERS = 4
+
+
+async def test_sigint_as_the_banner_appears_is_a_clean_shutdown() -> None:
+    # Issue 21, finding 12: a SIGINT between the banner and the signal receiver
+    # was a KeyboardInterrupt traceback and exit status 1.
+    results: list[tuple[int, str, str]] = []
+
+    async def race() -> None:
+        cli = await spawn_cli("serve", "--port", "0")
+        try:
+            with trio.fail_after(60):
+                await cli.read_until("gateway listening on ")
+                cli.interrupt()  # the banner says it serves: Ctrl-C must now be a shutdown
+                results.append(await cli.finish())
+        finally:
+            await kill(cli)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(RACERS):
+            nursery.start_soon(race)
+    for code, out, err in results:
+        assert "Traceback" not in err, err
+        assert code == 0, (out, err)
+        assert "shutting down" in out
+
+
+async def test_a_second_sigint_while_draining_stops_at_once() -> None:
+    # Before, the second signal stayed in the closed receiver and came back as a
+    # KeyboardInterrupt traceback once the drain ended.
+    cli = await spawn_cli("serve", "--port", "0", "--drain-delay", "600")
+    try:
+        with trio.fail_after(60):
+            await cli.read_until("gateway listening on ")
+            cli.interrupt()
+            await cli.read_until("shutting down\n")  # now draining for ten minutes
+            cli.interrupt()
+            code, out, err = await cli.finish()
+    finally:
+        await kill(cli)
+    assert "Traceback" not in err, err
+    assert code == 130, (out, err)
+    assert "interrupted again: stopping now" in out

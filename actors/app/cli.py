@@ -704,28 +704,58 @@ async def _serve(
     if args.workers:
         return await _serve_workers(args, config, out, environ, task_status=task_status)
     options = serve_options(args, config, environ)
-    async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        for middleware in tracing:
-            rt.use(middleware)
-        serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
-        server = await nursery.start(serve)
-        token = options["token"]
-        _print_serving(
-            out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
-        )
-        task_status.started(server)
-        if args.gc_tuning and serving_process:
-            tune_for_serving()
-            out.write(f"{collector_line()}\n")
-            out.flush()
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                out.write("shutting down\n")
+    # The receiver is open before anything announces readiness (the banner,
+    # ``task_status.started``): once a client can know the gateway serves, a
+    # SIGINT is a shutdown, never trio's KeyboardInterrupt. Opened first, it also
+    # keeps a signal that arrives during start-up until the loop below reads it.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+            for middleware in tracing:
+                rt.use(middleware)
+            serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
+            server = await nursery.start(serve)
+            token = options["token"]
+            _print_serving(
+                out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
+            )
+            task_status.started(server)
+            if args.gc_tuning and serving_process:
+                tune_for_serving()
+                out.write(f"{collector_line()}\n")
                 out.flush()
-                await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
+            async for _ in signals:
                 break
+            out.write("shutting down\n")
+            out.flush()
+            forced = await _stop_unless_interrupted(server, signals, args, out)
+            nursery.cancel_scope.cancel()
+    return 130 if forced else 0
+
+
+async def _stop_unless_interrupted(
+    server: GatewayServer, signals: AsyncIterator[int], args: argparse.Namespace, out: TextIO
+) -> bool:
+    """Drain and stop ``server``; a second signal meanwhile stops it at once.
+
+    Returns True when the second signal cut the drain short. Reading the
+    signals while stopping also means none is left pending in the receiver,
+    which trio would deliver again as a KeyboardInterrupt when it closes.
+    """
+    forced = False
+    async with trio.open_nursery() as nursery:
+
+        async def again() -> None:
+            nonlocal forced
+            async for _ in signals:
+                forced = True
+                out.write("interrupted again: stopping now, in-flight calls are cancelled\n")
+                out.flush()
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(again)
+        await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
         nursery.cancel_scope.cancel()
-    return 0
+    return forced
 
 
 def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
@@ -968,6 +998,10 @@ def main(
                 return trio.run(_stats, args, config, out, env)
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
+            if group.subgroup(KeyboardInterrupt) is not None:
+                # Ctrl-C that trio delivered inside a nursery (before a signal
+                # receiver was open, or after it closed): an interrupt, not a crash.
+                raise KeyboardInterrupt from None
             # Nurseries wrap what went wrong; report the one cause plainly.
             inner = sole_exception(group)
             if isinstance(inner, Exception):
