@@ -18,12 +18,22 @@ import llmrt
 from llmrt.actors.app.cli import main
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
+#: What the demo model says after quoting the prompt.
+DEMO_TAIL = "This answer comes from llmrt's demo model, streamed token by token."
 
 
 def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """``llmrt ARGV`` in-process: the status and stdout (stderr is the process's)."""
     out = io.StringIO()
     code = main(list(argv), out=out, environ=environ if environ is not None else {})
     return code, out.getvalue()
+
+
+def run_both(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``llmrt ARGV`` in-process: the status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err, environ=environ if environ is not None else {})
+    return code, out.getvalue(), err.getvalue()
 
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,28 +51,31 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_call_streams_the_demo_answer() -> None:
-    code, text = run("call", "hello cli", "--no-color")
+    code, out, err = run_both("call", "hello cli", "--no-color")
     assert code == 0
-    assert 'You said: "hello cli"' in text
-    assert "thinking:" in text
-    assert "usage: input 2" in text
-    assert "first token" in text and "total" in text
-    assert text.rstrip().endswith("finish: stop")
+    # The answer alone on stdout; what is said about it on stderr.
+    assert out == 'You said: "hello cli". ' + DEMO_TAIL + "\n"
+    assert "thinking:" in err
+    assert "usage: input 2" in err
+    assert "first token" in err and "total" in err
+    assert err.rstrip().endswith("finish: stop")
+    assert "You said" not in err
 
 
 def test_call_with_retry_and_options() -> None:
-    code, text = run("call", "x", "--retry", "--effort", "low", "--max-tokens", "3")
+    code, out, err = run_both("call", "x", "--retry", "--effort", "low", "--max-tokens", "3")
     assert code == 0
-    assert "finish: max-tokens" in text
+    assert "finish: max-tokens" in err
+    assert out == ""  # three tokens of reasoning, no answer yet
 
 
 def test_call_reports_failures_with_their_code() -> None:
-    code, text = run("call", "x", "--provider", "nowhere", "--model", "m")
+    code, out, err = run_both("call", "x", "--provider", "nowhere", "--model", "m")
     assert code == 1
-    assert "error NO_ADAPTER" in text
-    code, text = run("call", "x", "--effort", "extreme")
+    assert "error NO_ADAPTER" in err and out == ""
+    code, out, err = run_both("call", "x", "--effort", "extreme")
     assert code == 1
-    assert "UNSUPPORTED_REASONING_EFFORT" in text
+    assert "UNSUPPORTED_REASONING_EFFORT" in err and out == ""
 
 
 def test_providers_and_models() -> None:
@@ -156,28 +169,32 @@ def test_serve_refuses_a_public_host_without_a_token() -> None:
     assert code == 2
 
 
-def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) -> None:
+async def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) -> None:
     config = tmp_path / "slow.toml"
     config.write_text('[[provider]]\nroute = "slow"\nadapter = "demo"\ntokens_per_second = 4\n')
-    proc = _spawn("call", "a long story", "--config", str(config), "-p", "slow", "--no-color")
+    cli = await spawn_cli("call", "a long story", "--config", str(config), "-p", "slow")
     try:
-        _read_until(proc, "thinking: The")  # streaming has started
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        with trio.fail_after(30):
+            await cli.read_err_until("thinking: The")  # streaming has started
+            cli.interrupt()
+            code, out, err = await cli.finish()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130
-    assert "aborted: the call was aborted (abort -> finish" in out
+        await kill(cli)
+    assert code == 130
+    assert "aborted: the call was aborted (abort -> finish" in err
+    assert out == ""  # the answer had not begun
 
 
-def test_call_as_a_process() -> None:
-    proc = _spawn("call", "from a process", "--no-color")
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert 'You said: "from a process"' in out
-    assert out.rstrip().endswith("finish: stop")
+async def test_call_as_a_process() -> None:
+    cli = await spawn_cli("call", "from a process", "--no-color")
+    try:
+        with trio.fail_after(60):
+            code, out, err = await cli.finish()
+    finally:
+        await kill(cli)
+    assert code == 0, err
+    assert out == 'You said: "from a process". ' + DEMO_TAIL + "\n"
+    assert err.rstrip().endswith("finish: stop")
 
 
 @pytest.mark.timeout(60)
