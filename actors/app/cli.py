@@ -288,6 +288,12 @@ def _check_stop_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
 
 
+def _playground_url(url: str) -> str:
+    """The page the gateway's port serves at ``/``: its websocket URL over HTTP."""
+    scheme, sep, rest = url.partition("://")
+    return ("https" if scheme == "wss" else "http") + sep + rest
+
+
 def _print_serving(
     out: TextIO,
     config: configuration.Config,
@@ -298,6 +304,7 @@ def _print_serving(
     tracing: bool = False,
 ) -> None:
     out.write(f"llmrt {llmrt.__version__} gateway listening on {url}\n")
+    out.write(f"playground: {_playground_url(url)} (open it in a browser)\n")
     out.write(f"workers: {workers}\n")
     out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
     if tracing:
