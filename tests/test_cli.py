@@ -140,11 +140,13 @@ def test_serve_then_call_via_the_gateway_then_shut_down() -> None:
         assert "gateway listening on ws://127.0.0.1:" in head
         url = head.strip().rsplit(" ", 1)[-1]
         rest = _read_until(server, "demo")
+        assert rest.startswith(f"playground: {url.replace('ws://', 'http://')} ")
         assert "workers: 1 (this process)" in rest
         assert "auth: off" in rest
-        code, text = run("call", "through the wire", "--via", url, "--no-color")
+        code, text, err = run_both("call", "through the wire", "--via", url, "--no-color")
         assert code == 0
-        assert 'You said: "through the wire"' in text
+        assert text == 'You said: "through the wire". ' + DEMO_TAIL + "\n"
+        assert err.rstrip().endswith("finish: stop")
         code, text = run("models", "demo", "--via", url)
         assert code == 0 and "demo-1" in text
         code, text = run("providers", "--via", url)
