@@ -27,20 +27,12 @@ import llmrt
 from llmrt import ErrorCode, GenerateOptions, LlmError, Middleware, ModelDiscoveryRequest
 from llmrt._helpers import sole_exception
 
-from . import config as configuration
-from ._collector import collector_line, tune_for_serving
-from ._setup import configured_runtime as _configured_runtime
-from ._setup import default_model as _default_model  # noqa: F401 (named here since before)
-from ._setup import gateway_client as _gateway
-from ._setup import route_of as _route_of
-from ._setup import table_of as _table_of
-from .plugins import PLUGIN_ERROR
-
 if TYPE_CHECKING:
     from llmrt.adapters.plugin import ModelSpec
 
     from ..gateway import GatewayServer, Limits
     from ..gateway._snapshot import HistogramValue, StatisticsValue
+    from . import config as configuration
     from ._schema import GatewayTable
 
 __all__ = ["main"]
@@ -309,8 +301,10 @@ def _print_serving(
     out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
     if tracing:
         out.write("tracing: OpenTelemetry (GenAI conventions; call frames may carry traceparent)\n")
+    from .config import describe
+
     out.write("providers:\n")
-    for line in configuration.describe(config):
+    for line in describe(config):
         out.write(f"  {line}\n")
     out.flush()
 
@@ -406,6 +400,8 @@ async def _serve(
     """
     from ..gateway import serve_gateway
     from ..gateway._server import _is_loopback
+    from ._collector import collector_line, tune_for_serving
+    from ._setup import configured_runtime
 
     token = environ.get(args.token_env) or None
     if token is None and not _is_loopback(args.host):
@@ -424,7 +420,7 @@ async def _serve(
     # SIGINT is a shutdown, never trio's KeyboardInterrupt. Opened first, it also
     # keeps a signal that arrives during start-up until the loop below reads it.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
             for middleware in tracing:
                 rt.use(middleware)
             serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
@@ -503,13 +499,17 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
 async def _providers(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
+    from ._setup import gateway_client
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             providers = await client.list_providers()
         for provider in providers:
             out.write(f"{provider.id}\t{provider.name}\n")
         return 0
-    for line in configuration.describe(config):
+    from .config import describe
+
+    for line in describe(config):
         out.write(line + "\n")
     return 0
 
@@ -528,15 +528,17 @@ async def _models(
     models, when the endpoint is unreachable or has no list; said on stderr
     too) or ``adapter`` (a route outside any namespace: its adapter's list).
     """
+    from ._setup import configured_runtime, gateway_client, route_of, table_of
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             directory = await client.list_configurable_providers()
             live = {p.id for p in await client.list_providers()}
             return await _show_models(
                 args.provider, directory, live, client.discover_models, client.list_models, out, ()
             )
-    route = _route_of(config, args.provider)
-    async with _configured_runtime(config, environ=environ) as rt:
+    route = route_of(config, args.provider)
+    async with configured_runtime(config, environ=environ) as rt:
         live = {p.id for p in rt.list_providers()}
         return await _show_models(
             route,
@@ -545,7 +547,7 @@ async def _models(
             rt.discover_models,
             rt.list_models,
             out,
-            _table_of(config, route),
+            table_of(config, route),
         )
 
 
@@ -645,15 +647,17 @@ def format_stats(value: StatisticsValue) -> list[str]:
 async def _stats(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
+    from ._setup import configured_runtime, gateway_client
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             value = await client.stats()
     else:
         from ..gateway._snapshot import statistics_value
 
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")
-        async with _configured_runtime(config) as rt:
+        async with configured_runtime(config) as rt:
             options = GenerateOptions(
                 provider="demo", model="demo-1", messages=(llmrt.user_message("hello"),)
             )
@@ -673,6 +677,20 @@ async def _stats(
 
 
 # ---- entry point -------------------------------------------------------------------------
+
+
+def _route_of(config: configuration.Config, name: str) -> str:
+    """`_setup.route_of` (named here too: tests and plugins have used this name)."""
+    from ._setup import route_of
+
+    return route_of(config, name)
+
+
+def _default_model(config: configuration.Config, provider: str) -> str:
+    """`_setup.default_model` (named here too, like `_route_of`)."""
+    from ._setup import default_model
+
+    return default_model(config, provider)
 
 
 def _sole_cause(group: BaseExceptionGroup[Any]) -> BaseException | None:
@@ -735,6 +753,10 @@ def main(
     if args.command is None:
         parser.print_help(out)
         return 0
+    # Imported once a command runs: `llmrt --help` needs none of it.
+    from . import config as configuration
+    from .plugins import PLUGIN_ERROR
+
     try:
         config = configuration.load_config(args.config, environ=env)
         # An unusable adapter plugin costs its own kind only: say so, serve the rest.
