@@ -268,4 +268,4 @@ async def test_a_second_sigint_while_draining_stops_at_once() -> None:
         await kill(cli)
     assert "Traceback" not in err, err
     assert code == 130, (out, err)
-    assert "interrupted again: stopping now" in out
+    assert "interrupted again: exiting now" in out

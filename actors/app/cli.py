@@ -438,35 +438,34 @@ async def _serve(
                 break
             out.write("shutting down\n")
             out.flush()
-            forced = await _stop_unless_interrupted(server, signals, args, out)
+            await _stop_unless_interrupted(server, signals, args, out)
             nursery.cancel_scope.cancel()
-    return 130 if forced else 0
+    return 0
 
 
 async def _stop_unless_interrupted(
     server: GatewayServer, signals: AsyncIterator[int], args: argparse.Namespace, out: TextIO
-) -> bool:
-    """Drain and stop ``server``; a second signal meanwhile stops it at once.
+) -> None:
+    """Drain and stop ``server``; a second signal meanwhile exits at once.
 
-    Returns True when the second signal cut the drain short. Reading the
-    signals while stopping also means none is left pending in the receiver,
-    which trio would deliver again as a KeyboardInterrupt when it closes.
+    The gateway gives in-flight calls their grace period even when its task is
+    cancelled (the connections are shielded for it), so the one way to stop now
+    is to leave now, as a second Ctrl-C of ``llmrt call`` does: the clients see
+    their connections close. Reading the signals while stopping also means
+    none is left pending in the receiver, which trio would deliver again as a
+    KeyboardInterrupt when it closes.
     """
-    forced = False
     async with trio.open_nursery() as nursery:
 
         async def again() -> None:
-            nonlocal forced
             async for _ in signals:
-                forced = True
-                out.write("interrupted again: stopping now, in-flight calls are cancelled\n")
+                out.write("interrupted again: exiting now, in-flight calls are cut off\n")
                 out.flush()
-                nursery.cancel_scope.cancel()
+                os._exit(130)
 
         nursery.start_soon(again)
         await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
         nursery.cancel_scope.cancel()
-    return forced
 
 
 def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
