@@ -3,10 +3,13 @@
 It answers every request the same way for the same input: reasoning first
 (longer for a higher reasoning effort), then a text answer that quotes the
 last user message, then — when the request offers tools — one call of the
-first tool (of the named tool for a named tool choice, none for ``none``).
-``tokens_per_second`` paces the stream like a real model (None:
-as fast as the runtime takes it). ``max_tokens`` truncates the answer with a
-``max-tokens`` finish. Usage counts words as tokens.
+first tool (the named tool for a named tool choice, none for ``none``), its
+arguments shaped from the tool's schema (`_schema_sample`).
+When the last message is a tool result, it answers that result in text and
+calls no tool: an agent loop (call, run the tool, send the result back) ends
+after one round. ``tokens_per_second`` paces the stream like a real model
+(None: as fast as the runtime takes it). ``max_tokens`` truncates the answer
+with a ``max-tokens`` finish. Usage counts words as tokens.
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ from llmrt import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
+    ToolResultBlock,
     ToolSchema,
     UsageChunk,
 )
 
-from .plugin import AdapterConfig, AdapterPlugin, Problem
+from ._schema_sample import sample_arguments
+from .plugin import AdapterConfig, AdapterPlugin, ModelSpec, Problem
 
 __all__ = ["BUILTIN_DEMO_TOKENS_PER_SECOND", "DEMO_MODELS", "PLUGIN", "DemoAdapter", "DemoConfig"]
 
@@ -62,10 +67,42 @@ _EFFORTS = (
     ReasoningEffortInfo(id="high", name="High"),
 )
 _THOUGHTS = (
-    "The user wrote {words} words.",
+    "The user wrote {words}.",
     "A short, friendly answer that quotes them fits best.",
     "No facts need checking: this is llmrt's built-in demo model.",
 )
+_RESULT_THOUGHTS = (
+    "The tool {tool} {verb} {words}.",
+    "Quoting what it said answers the user.",
+    "No more tools are needed: this is llmrt's built-in demo model.",
+)
+#: The most of a tool result the answer quotes.
+_QUOTED = 200
+
+
+def _words(text: str) -> str:
+    n = len(text.split())
+    return f"{n} word" if n == 1 else f"{n} words"
+
+
+def _texts(blocks: Sequence[object]) -> list[str]:
+    return [b.text for b in blocks if isinstance(b, TextBlock)]
+
+
+def _tool_result(options: GenerateOptions) -> tuple[str, str, bool] | None:
+    """(tool name, result text, is_error) when the last message is a tool result."""
+    if not options.messages:
+        return None
+    results = [b for b in options.messages[-1].content if isinstance(b, ToolResultBlock)]
+    if not results:
+        return None
+    result = results[-1]
+    name = "the tool"
+    for message in options.messages:
+        for block in message.content:
+            if isinstance(block, ToolCallBlock) and block.id == result.tool_call_id:
+                name = block.name
+    return name, " ".join(_texts(result.content)), result.is_error
 
 
 def _prompt(options: GenerateOptions) -> str:
@@ -206,9 +243,19 @@ class DemoAdapter(Adapter):
         prompt = _prompt(options)
         effort = options.reasoning_effort or "medium"
         depth = {"low": 1, "medium": 2, "high": 3}.get(effort, 2)
-        thought = " ".join(_THOUGHTS[:depth]).format(words=len(prompt.split()))
-        answer = f'You said: "{prompt}". ' if prompt else "Hello! "
-        answer += "This answer comes from llmrt's demo model, streamed token by token."
+        result = _tool_result(options)
+        if result is None:
+            thought = " ".join(_THOUGHTS[:depth]).format(words=_words(prompt))
+            answer = f'You said: "{prompt}". ' if prompt else "Hello! "
+            answer += "This answer comes from llmrt's demo model, streamed token by token."
+        else:
+            name, said, failed = result
+            verb = "failed with" if failed else "answered with"
+            thought = " ".join(_RESULT_THOUGHTS[:depth])
+            thought = thought.format(tool=name, verb=verb, words=_words(said))
+            quoted = said if len(said) <= _QUOTED else said[:_QUOTED] + "..."
+            answer = f'The tool {name} {"failed" if failed else "answered"}: "{quoted}". '
+            answer += "That is the demo model's final answer: no more tool calls."
         budget = options.max_tokens if options.max_tokens is not None else self.default_max_tokens
         delay = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
         pacer = self._pacer if delay else None
@@ -248,10 +295,11 @@ class DemoAdapter(Adapter):
                 break
 
         called = False
-        tool = _chosen_tool(options)
+        # After a tool result the loop is over: answering it is the last turn.
+        tool = _chosen_tool(options) if result is None else None
         if not truncated and tool is not None:
             call_id = f"call_demo_{len(options.messages)}"
-            arguments = json.dumps({"input": prompt[:200]})
+            arguments = json.dumps(sample_arguments(tool.parameters, prompt))
             fragments = [arguments[i : i + 8] for i in range(0, len(arguments), 8)]
             index = 2
             yield BlockStart(index=index, block_type="tool-call")
@@ -274,8 +322,10 @@ class DemoAdapter(Adapter):
         input_tokens = len((options.system or "").split())
         for message in options.messages:
             for block in message.content:
+                texts = _texts(block.content) if isinstance(block, ToolResultBlock) else []
                 if isinstance(block, TextBlock):
-                    input_tokens += len(block.text.split())
+                    texts = [block.text]
+                input_tokens += sum(len(text.split()) for text in texts)
         yield UsageChunk(
             usage=TokenUsage(
                 input_tokens=input_tokens, output_tokens=spent, reasoning_tokens=reasoning_tokens
@@ -306,6 +356,9 @@ class DemoConfig(AdapterConfig, tag="demo", frozen=True):
         if rate is not None and not 0 < rate < math.inf:
             return ("tokens_per_second",), "tokens_per_second must be positive"
         return None
+
+    def known_models(self) -> tuple[ModelSpec, ...]:
+        return tuple(ModelSpec(id=model, image_input=True) for model in DEMO_MODELS)
 
     def default_model(self) -> str | None:
         return DEMO_MODELS[0]

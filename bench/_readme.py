@@ -259,6 +259,7 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
             lines += ["### Abort all N calls vs the bare-trio floor (same run)", ""]
             lines += _table(["case", "calls", "llmrt ms", "floor ms", "ratio"], rows)
             lines.append("")
+    lines += _startup_table(reports.get("startup"))
     gateway = reports.get("gateway")
     if gateway is not None:
         rows = [
@@ -271,6 +272,28 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
             lines += _table(["clients", "calls", "chunks/s"], rows)
             lines.append("")
     return lines
+
+
+def _startup_table(report: dict[str, Any] | None) -> list[str]:
+    """The ``startup`` suite: each command's import and wall time beside ``python -c pass``."""
+    cases = (report or {}).get("cases")
+    if not cases:
+        return []
+    rows = [
+        [
+            f"`{name}`",
+            case["import_ms"]["median"],
+            case["import_ms"]["p90"],
+            case["wall_ms"]["median"],
+            case["wall_ms"]["p90"],
+            case.get("wall_over_floor"),
+        ]
+        for name, case in cases.items()
+    ]
+    runs = (report or {}).get("runs")
+    lines = [f"### Start-up, median of {runs} fresh processes (`startup`, same run)", ""]
+    lines += _table(["command", "import ms", "p90", "wall ms", "p90", "wall / floor"], rows)
+    return [*lines, ""]
 
 
 def _scale_table(report: dict[str, Any] | None) -> list[str]:

@@ -207,6 +207,15 @@ SUITES: tuple[Suite, ...] = (
         "hostile-quick.json",
     ),
     Suite(
+        "startup",
+        "bench_startup.py",
+        "import and wall time of `llmrt --help` and `llmrt call` beside `python -c pass`",
+        (),
+        ("--quick",),
+        "startup.json",
+        "startup-quick.json",
+    ),
+    Suite(
         "gzip_bomb",
         "bench_gzip_bomb.py",
         "event-loop stall while an adapter reads gzip bombs",

@@ -7,6 +7,7 @@ and sockets are real. Every wait is bounded by the caller's ``fail_after``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,15 +29,32 @@ class CliProcess:
     def text(self) -> str:
         return self.out.decode("utf-8", "replace")
 
+    @property
+    def err_text(self) -> str:
+        return self.err.decode("utf-8", "replace")
+
     async def read_until(self, needle: str) -> str:
         """Read stdout until it holds ``needle``; raises AssertionError if it ends first."""
         assert self.proc.stdout is not None
-        while needle.encode() not in self.out:
-            data = await self.proc.stdout.receive_some(65536)
-            if not data:
-                raise AssertionError(f"stdout ended before {needle!r}: {self.text!r}")
-            self.out += data
+        await self._read_until(self.proc.stdout, self.out, needle)
         return self.text
+
+    async def read_err_until(self, needle: str) -> str:
+        """Read stderr until it holds ``needle``; raises AssertionError if it ends first."""
+        assert self.proc.stderr is not None
+        await self._read_until(self.proc.stderr, self.err, needle)
+        return self.err_text
+
+    async def _read_until(
+        self, stream: trio.abc.ReceiveStream, into: bytearray, needle: str
+    ) -> None:
+        while needle.encode() not in into:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise AssertionError(
+                    f"the stream ended before {needle!r}: {into.decode('utf-8', 'replace')!r}"
+                )
+            into += data
 
     def interrupt(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -56,15 +74,32 @@ class CliProcess:
         return status, self.text, self.err.decode("utf-8", "replace")
 
 
-async def spawn_cli(*argv: str, env: dict[str, str] | None = None) -> CliProcess:
-    """Start ``llmrt ARGV...`` with the test's environment minus any real API key."""
+async def spawn_cli(
+    *argv: str, env: dict[str, str] | None = None, stdin: bytes | None = None
+) -> CliProcess:
+    """Start ``llmrt ARGV...`` with the test's environment minus any real API key.
+
+    ``stdin``: bytes the child reads on its stdin, which is then closed (None:
+    the test's own stdin is inherited).
+    """
     environ = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     environ.pop("LLMRT_GATEWAY_TOKEN", None)
+    environ.pop("NO_COLOR", None)
     environ.update(env or {})
     environ["PYTHONUNBUFFERED"] = "1"
     proc = await trio.lowlevel.open_process(
-        [*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ
+        [*CLI, *argv],
+        stdin=subprocess.PIPE if stdin is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
     )
+    if stdin is not None:
+        assert proc.stdin is not None
+        async with proc.stdin:
+            # A child that stops reading (a bounded read) closes the pipe on exit.
+            with contextlib.suppress(trio.BrokenResourceError):
+                await proc.stdin.send_all(stdin)
     return CliProcess(proc)
 
 

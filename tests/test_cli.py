@@ -11,17 +11,29 @@ import subprocess
 import sys
 
 import pytest
+import trio
+from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt.actors.app.cli import main
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
+#: What the demo model says after quoting the prompt.
+DEMO_TAIL = "This answer comes from llmrt's demo model, streamed token by token."
 
 
 def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """``llmrt ARGV`` in-process: the status and stdout (stderr is the process's)."""
     out = io.StringIO()
     code = main(list(argv), out=out, environ=environ if environ is not None else {})
     return code, out.getvalue()
+
+
+def run_both(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``llmrt ARGV`` in-process: the status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err, environ=environ if environ is not None else {})
+    return code, out.getvalue(), err.getvalue()
 
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,28 +51,31 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_call_streams_the_demo_answer() -> None:
-    code, text = run("call", "hello cli", "--no-color")
+    code, out, err = run_both("call", "hello cli", "--no-color")
     assert code == 0
-    assert 'You said: "hello cli"' in text
-    assert "thinking:" in text
-    assert "usage: input 2" in text
-    assert "first token" in text and "total" in text
-    assert text.rstrip().endswith("finish: stop")
+    # The answer alone on stdout; what is said about it on stderr.
+    assert out == 'You said: "hello cli". ' + DEMO_TAIL + "\n"
+    assert "thinking:" in err
+    assert "usage: input 2" in err
+    assert "first token" in err and "total" in err
+    assert err.rstrip().endswith("finish: stop")
+    assert "You said" not in err
 
 
 def test_call_with_retry_and_options() -> None:
-    code, text = run("call", "x", "--retry", "--effort", "low", "--max-tokens", "3")
+    code, out, err = run_both("call", "x", "--retry", "--effort", "low", "--max-tokens", "3")
     assert code == 0
-    assert "finish: max-tokens" in text
+    assert "finish: max-tokens" in err
+    assert out == ""  # three tokens of reasoning, no answer yet
 
 
 def test_call_reports_failures_with_their_code() -> None:
-    code, text = run("call", "x", "--provider", "nowhere", "--model", "m")
+    code, out, err = run_both("call", "x", "--provider", "nowhere", "--model", "m")
     assert code == 1
-    assert "error NO_ADAPTER" in text
-    code, text = run("call", "x", "--effort", "extreme")
+    assert "error NO_ADAPTER" in err and out == ""
+    code, out, err = run_both("call", "x", "--effort", "extreme")
     assert code == 1
-    assert "UNSUPPORTED_REASONING_EFFORT" in text
+    assert "UNSUPPORTED_REASONING_EFFORT" in err and out == ""
 
 
 def test_providers_and_models() -> None:
@@ -125,11 +140,13 @@ def test_serve_then_call_via_the_gateway_then_shut_down() -> None:
         assert "gateway listening on ws://127.0.0.1:" in head
         url = head.strip().rsplit(" ", 1)[-1]
         rest = _read_until(server, "demo")
+        assert rest.startswith(f"playground: {url.replace('ws://', 'http://')} ")
         assert "workers: 1 (this process)" in rest
         assert "auth: off" in rest
-        code, text = run("call", "through the wire", "--via", url, "--no-color")
+        code, text, err = run_both("call", "through the wire", "--via", url, "--no-color")
         assert code == 0
-        assert 'You said: "through the wire"' in text
+        assert text == 'You said: "through the wire". ' + DEMO_TAIL + "\n"
+        assert err.rstrip().endswith("finish: stop")
         code, text = run("models", "demo", "--via", url)
         assert code == 0 and "demo-1" in text
         code, text = run("providers", "--via", url)
@@ -154,28 +171,32 @@ def test_serve_refuses_a_public_host_without_a_token() -> None:
     assert code == 2
 
 
-def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) -> None:
+async def test_ctrl_c_aborts_the_call_and_reports_the_latency(tmp_path: pathlib.Path) -> None:
     config = tmp_path / "slow.toml"
     config.write_text('[[provider]]\nroute = "slow"\nadapter = "demo"\ntokens_per_second = 4\n')
-    proc = _spawn("call", "a long story", "--config", str(config), "-p", "slow", "--no-color")
+    cli = await spawn_cli("call", "a long story", "--config", str(config), "-p", "slow")
     try:
-        _read_until(proc, "thinking: The")  # streaming has started
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        with trio.fail_after(30):
+            await cli.read_err_until("thinking: The")  # streaming has started
+            cli.interrupt()
+            code, out, err = await cli.finish()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130
-    assert "aborted: the call was aborted (abort -> finish" in out
+        await kill(cli)
+    assert code == 130
+    assert "aborted: the call was aborted (abort -> finish" in err
+    assert out == ""  # the answer had not begun
 
 
-def test_call_as_a_process() -> None:
-    proc = _spawn("call", "from a process", "--no-color")
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert 'You said: "from a process"' in out
-    assert out.rstrip().endswith("finish: stop")
+async def test_call_as_a_process() -> None:
+    cli = await spawn_cli("call", "from a process", "--no-color")
+    try:
+        with trio.fail_after(60):
+            code, out, err = await cli.finish()
+    finally:
+        await kill(cli)
+    assert code == 0, err
+    assert out == 'You said: "from a process". ' + DEMO_TAIL + "\n"
+    assert err.rstrip().endswith("finish: stop")
 
 
 @pytest.mark.timeout(60)
@@ -202,3 +223,49 @@ def test_serve_sets_up_the_collector_for_its_own_process_unless_told_not_to(tuni
             server.communicate()
     # The test process's own collector is untouched (the library never sets it).
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+#: Processes started at once by the race test; each has its own chance of hitting the window.
+RACERS = 4
+
+
+async def test_sigint_as_the_banner_appears_is_a_clean_shutdown() -> None:
+    # Issue 21, finding 12: a SIGINT between the banner and the signal receiver
+    # was a KeyboardInterrupt traceback and exit status 1.
+    results: list[tuple[int, str, str]] = []
+
+    async def race() -> None:
+        cli = await spawn_cli("serve", "--port", "0")
+        try:
+            with trio.fail_after(60):
+                await cli.read_until("gateway listening on ")
+                cli.interrupt()  # the banner says it serves: Ctrl-C must now be a shutdown
+                results.append(await cli.finish())
+        finally:
+            await kill(cli)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(RACERS):
+            nursery.start_soon(race)
+    for code, out, err in results:
+        assert "Traceback" not in err, err
+        assert code == 0, (out, err)
+        assert "shutting down" in out
+
+
+async def test_a_second_sigint_while_draining_stops_at_once() -> None:
+    # Before, the second signal stayed in the closed receiver and came back as a
+    # KeyboardInterrupt traceback once the drain ended.
+    cli = await spawn_cli("serve", "--port", "0", "--drain-delay", "600")
+    try:
+        with trio.fail_after(60):
+            await cli.read_until("gateway listening on ")
+            cli.interrupt()
+            await cli.read_until("shutting down\n")  # now draining for ten minutes
+            cli.interrupt()
+            code, out, err = await cli.finish()
+    finally:
+        await kill(cli)
+    assert "Traceback" not in err, err
+    assert code == 130, (out, err)
+    assert "interrupted again: exiting now" in out

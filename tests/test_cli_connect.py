@@ -133,8 +133,8 @@ async def test_cli_ctrl_c_while_connecting_exits_at_once() -> None:
         finally:
             await kill(cli)
     assert code == 130, (out, err)
-    assert f"^C: aborting the call to demo/demo-1 (connecting to ws://127.0.0.1:{port}/)" in out
-    assert "stopped before the call was sent" in out
+    assert f"^C: aborting the call to demo/demo-1 (connecting to ws://127.0.0.1:{port}/)" in err
+    assert "stopped before the call was sent" in err
 
 
 async def test_a_refused_connection_is_network_and_names_the_endpoint() -> None:

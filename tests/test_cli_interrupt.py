@@ -54,8 +54,8 @@ async def test_ctrl_c_before_the_first_chunk_aborts_the_call(tmp_path: pathlib.P
         finally:
             await kill(cli)
     assert code == 130, (out, err)
-    assert "^C: aborting the call to stalled/m (waiting for the first chunk)" in out
-    assert "aborted: the call was aborted (abort -> finish" in out
+    assert "^C: aborting the call to stalled/m (waiting for the first chunk)" in err
+    assert "aborted: the call was aborted (abort -> finish" in err
     assert closed.closed_by == "client"
 
 
@@ -101,11 +101,11 @@ async def test_an_abort_that_does_not_finish_is_stopped_within_its_bound() -> No
         finally:
             await kill(cli)
     assert code == 130, (out, err)
-    assert "^C: aborting the call to p/m (waiting for the first chunk)" in out
+    assert "^C: aborting the call to p/m (waiting for the first chunk)" in err
     assert (
-        "aborted the call to p/m while waiting for the first chunk: no finish within 0.5 s" in out
+        "aborted the call to p/m while waiting for the first chunk: no finish within 0.5 s" in err
     )
-    assert "abort took" in out
+    assert "abort took" in err
 
 
 async def test_a_second_ctrl_c_exits_at_once() -> None:
@@ -116,13 +116,13 @@ async def test_a_second_ctrl_c_exits_at_once() -> None:
             with trio.fail_after(BOUND):
                 await adapter.started.wait()
                 cli.interrupt()
-                await cli.read_until("^C: aborting")
+                await cli.read_err_until("^C: aborting")
                 cli.interrupt()  # the first abort is still waiting for its finish
                 code, out, err = await cli.finish()
         finally:
             await kill(cli)
     assert code == 130, (out, err)
-    assert "interrupted again: exiting now" in out
+    assert "interrupted again: exiting now" in err
 
 
 async def test_ctrl_c_while_streaming_through_a_gateway_reports_one_aborted() -> None:
@@ -133,12 +133,12 @@ async def test_ctrl_c_while_streaming_through_a_gateway_reports_one_aborted() ->
         )
         try:
             with trio.fail_after(BOUND):
-                await cli.read_until("thinking: ")  # streaming has started
+                await cli.read_err_until("thinking: ")  # streaming has started
                 cli.interrupt()
                 code, out, err = await cli.finish()
         finally:
             await kill(cli)
     assert code == 130, (out, err)
-    assert "^C: aborting the call to p/demo-1 (streaming)" in out
-    assert "aborted: the client aborted the call (abort -> finish" in out
-    assert "aborted: aborted" not in out
+    assert "^C: aborting the call to p/demo-1 (streaming)" in err
+    assert "aborted: the client aborted the call (abort -> finish" in err
+    assert "aborted: aborted" not in err

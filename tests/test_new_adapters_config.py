@@ -196,15 +196,16 @@ def test_llmrt_call_uses_the_new_routes(
         monkeypatch.setenv(name, value)
     with upstream_in_a_thread() as upstream:
         path = config_file(tmp_path, upstream.base_url)
-        out = io.StringIO()
+        out, err = io.StringIO(), io.StringIO()
         code = main(
             ["call", "hi", "-p", provider, "--config", str(path), "--no-color"],
             out=out,
+            err=err,
             environ=dict(ENV),
         )
-    assert code == 0, out.getvalue()
+    assert code == 0, err.getvalue()
     assert expected in out.getvalue()
-    assert out.getvalue().rstrip().endswith("finish: stop")
+    assert err.getvalue().rstrip().endswith("finish: stop")
     (sent,) = upstream.requests
     assert sent.path == (GEMINI_PATH if provider == "gemini" else RESPONSES_PATH)
 

@@ -513,8 +513,8 @@ def test_tool_call_is_rendered(gateway: Gateway, page: Page) -> None:
     assert page.wait_text("finish", "finish: tool-calls") == "finish: tool-calls"
     tools = page.text("tool-calls")
     assert tools.startswith("tool call get_weather (call_demo_1)")
-    # The arguments, pretty-printed.
-    assert tools.endswith('{\n  "input": "weather in Paris"\n}')
+    # The arguments, pretty-printed, shaped from the schema (the demo fills `city`).
+    assert tools.endswith('{\n  "city": "weather in Paris"\n}')
     (call,) = page.sent("call")
     assert call["request"]["tools"][0]["name"] == "get_weather"
     assert_no_console_errors(page)

@@ -165,7 +165,7 @@ def test_a_plugin_package_serves_routes_from_llmrt_toml(
     assert called.returncode == 0, called.stderr
     # The plugin's default model was used (no --model) and its settings reached it.
     assert "echo: HI THERE HI THERE" in called.stdout
-    assert "finish: stop" in called.stdout
+    assert "finish: stop" in called.stderr  # the answer alone on stdout
 
 
 def test_a_plugin_key_variable_adds_its_zero_config_route(

@@ -218,5 +218,6 @@ async def test_llmrt_call_via_a_gateway_prints_no_echoed_key() -> None:
                 finally:
                     await kill(cli)
     assert code == 1, (out, err)
-    assert "error AUTH" in out and REDACTED in out
+    # The finish is on stderr: stdout carries only an answer, and there is none.
+    assert "error AUTH" in err and REDACTED in err and out == ""
     assert KEY not in out + err and TOKEN not in out + err

@@ -4,55 +4,35 @@ Providers come from ``llmrt.toml`` (or ``--config``) and from the usual
 API-key environment variables, always plus the embedded ``demo`` provider
 (see ``docs/configuration.md``). Secrets never travel on the command line:
 the gateway token is read from an environment variable (``--token-env``).
+
+A command imports what it uses when it runs: ``llmrt --help`` and ``llmrt
+call`` start without the gateway, the client or the statistics snapshot
+(``python bench/bench_startup.py`` measures it).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
 import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO, TypedDict
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, TypedDict
 
-import attrs
-import msgspec
 import trio
 
 import llmrt
-from llmrt import (
-    AttemptChunk,
-    BlockAssembler,
-    BlockEnd,
-    ErrorCode,
-    Finish,
-    FinishAborted,
-    FinishError,
-    GenerateOptions,
-    LlmError,
-    Middleware,
-    ModelDiscoveryRequest,
-    ReasoningDelta,
-    RetryScheduled,
-    StreamChunk,
-    TextDelta,
-    ToolCallBlock,
-    ToolCallDelta,
-)
+from llmrt import ErrorCode, GenerateOptions, LlmError, Middleware, ModelDiscoveryRequest
 from llmrt._helpers import sole_exception
-from llmrt.adapters.plugin import ModelSpec
-
-from .._abort import AbortController
-from . import config as configuration
-from ._collector import collector_line, tune_for_serving
-from .plugins import PLUGIN_ERROR
 
 if TYPE_CHECKING:
+    from llmrt.adapters.plugin import ModelSpec
+
     from ..gateway import GatewayServer, Limits
     from ..gateway._snapshot import HistogramValue, StatisticsValue
+    from . import config as configuration
     from ._schema import GatewayTable
 
 __all__ = ["main"]
@@ -60,15 +40,6 @@ __all__ = ["main"]
 DEFAULT_PORT = 8765
 DEFAULT_TOKEN_ENV = "LLMRT_GATEWAY_TOKEN"
 DEFAULT_CONNECT_TIMEOUT = 10.0
-_DIM, _BOLD, _RESET, _CYAN, _RED = "\x1b[2m", "\x1b[1m", "\x1b[0m", "\x1b[36m", "\x1b[31m"
-
-
-class _Style:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, code: str, text: str) -> str:
-        return f"{code}{text}{_RESET}" if self.enabled else text
 
 
 # ---- argument parsing --------------------------------------------------------------------
@@ -176,11 +147,35 @@ def _parser() -> argparse.ArgumentParser:
         "to the globally configured providers, e.g. under opentelemetry-instrument)",
     )
 
-    call = add("call", "Stream one call to the terminal.")
-    call.add_argument("prompt", help="the user message")
+    call = add(
+        "call",
+        "Stream one call: the answer's text on stdout; reasoning, tool calls, usage and "
+        "the finish on stderr (or every chunk as JSON lines on stdout with --json).",
+    )
+    call.add_argument("prompt", help="the user message; - reads it from stdin")
     call.add_argument("--provider", "-p", default=None, help="provider route (default: demo)")
-    call.add_argument("--model", "-m", default=None, help="model id (default: the route's first)")
-    call.add_argument("--system", default=None, help="system prompt")
+    call.add_argument(
+        "--model",
+        "-m",
+        default=None,
+        help="model id (default: the route's first; one the route does not list is sent "
+        "with a warning)",
+    )
+    call.add_argument("--system", default=None, metavar="TEXT", help="system prompt")
+    call.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME=SCHEMA_JSON",
+        help="offer a tool: its name and the JSON Schema of its arguments "
+        "(NAME alone: no arguments); repeatable",
+    )
+    call.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE",
+        help='offer the tools of a JSON file: [{"name", "description", "parameters"}, ...]',
+    )
     call.add_argument("--max-tokens", type=int, default=None, help="output cap")
     call.add_argument("--temperature", type=float, default=None)
     call.add_argument("--effort", default=None, help="reasoning effort, e.g. low/medium/high")
@@ -190,7 +185,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     call.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
     _connect_timeout_option(call)
-    call.add_argument("--no-color", action="store_true", help="plain output")
+    call.add_argument(
+        "--json",
+        action="store_true",
+        help="every event as one JSON object per line on stdout (the protocol's chunks)",
+    )
+    call.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="style stderr: auto (a terminal, unless $NO_COLOR is set), always, never",
+    )
+    call.add_argument(
+        "--no-color", dest="color", action="store_const", const="never", help="--color=never"
+    )
 
     providers = add("providers", "List the configured provider routes.")
     providers.add_argument("--via", metavar="URL", default=None, help="ask a gateway instead")
@@ -249,314 +257,6 @@ def parse_args(
     return args
 
 
-# ---- runtime set-up ----------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _configured_runtime(
-    config: configuration.Config, *, environ: dict[str, str] | None = None
-) -> AsyncIterator[llmrt.LlmRuntime]:
-    """A runtime serving ``config``; keys are read from ``environ`` (default ``os.environ``)."""
-    async with llmrt.open_runtime() as rt:
-        await configuration.register_config(rt, config, environ=environ)
-        await configuration.register_settings(rt, config, environ=environ)
-        yield rt
-
-
-def _route_of(config: configuration.Config, name: str) -> str:
-    """The route `name` means: a route of that name, else the route of the preset so named.
-
-    So ``-p deepseek-official`` (the preset) reaches the ``deepseek`` route.
-    """
-    if config.route(name) is not None:
-        return name
-    routes = []
-    for kind, plugin in config.plugins.adapters.items():
-        preset = plugin.presets.get(name)
-        routes += [
-            spec.route
-            for spec in config.routes
-            if preset is not None
-            and spec.adapter == kind
-            and spec.preset is not None
-            and plugin.presets.get(spec.preset) == preset
-        ]
-    return routes[0] if len(routes) == 1 else name
-
-
-def _default_model(config: configuration.Config, provider: str) -> str:
-    spec = config.route(provider)
-    if spec is None:
-        return "default"
-    model = spec.config.default_model() if spec.config is not None else None
-    if model is None:
-        raise SystemExit(f"llmrt: --model is required for provider {provider!r}")
-    return model
-
-
-@asynccontextmanager
-async def _gateway(args: argparse.Namespace, environ: dict[str, str]) -> AsyncIterator[Any]:
-    """The client of ``--via``, its token from ``--token-env``; refusals say how to fix them."""
-    from .client import open_gateway_client
-
-    token = environ.get(args.token_env) or None
-    connected = False
-    try:
-        async with open_gateway_client(
-            args.via, token=token, connect_timeout=args.connect_timeout
-        ) as client:
-            connected = True
-            yield client
-    except LlmError as exc:
-        if connected or exc.code != ErrorCode.AUTH:
-            raise
-        # The client's words fit Python callers; a CLI user sets a variable.
-        hint = (
-            f"set ${args.token_env} (or name another variable with --token-env)"
-            if token is None
-            else f"check the token in ${args.token_env}"
-        )
-        message = f"{exc.failure.message}: {hint}"
-        raise LlmError(exc.code, message, status=exc.failure.status) from None
-
-
-# ---- call ----------------------------------------------------------------------------------
-
-
-class _Printer:
-    """Streams chunks to a terminal: reasoning dimmed, tool calls shown, then a summary."""
-
-    def __init__(self, out: TextIO, style: _Style) -> None:
-        self.out = out
-        self.style = style
-        self.kind: str | None = None
-        self.assembler = BlockAssembler()
-
-    def chunk(self, chunk: StreamChunk) -> None:
-        self.assembler.push(chunk)
-        if isinstance(chunk, ReasoningDelta):
-            self._switch("reasoning")
-            self.out.write(self.style(_DIM, chunk.text))
-        elif isinstance(chunk, TextDelta):
-            self._switch("text")
-            self.out.write(chunk.text)
-        elif isinstance(chunk, BlockEnd) and isinstance(chunk.block, ToolCallBlock):
-            self._switch("tool")
-            block = chunk.block
-            self.out.write(self.style(_CYAN, f"-> tool call {block.name}({block.arguments})"))
-        self.out.flush()
-
-    def _switch(self, kind: str) -> None:
-        if self.kind is not None and self.kind != kind:
-            self.out.write("\n")
-        if kind == "reasoning" and self.kind != "reasoning":
-            self.out.write(self.style(_DIM, "thinking: "))
-        self.kind = kind
-
-    def retry(self, event: RetryScheduled) -> None:
-        self.out.write(
-            self.style(
-                _RED,
-                f"\n[attempt {event.attempt} failed: {event.failure.code}: "
-                f"{event.failure.message}; retrying in {event.delay_ms / 1000:.1f} s]\n",
-            )
-        )
-        self.kind = None
-        self.assembler = BlockAssembler()
-
-
-#: After Ctrl-C, how long the call may take to deliver its aborted finish before it is stopped.
-ABORT_BOUND = 0.5
-#: After Ctrl-C, when the process exits even if stopping the call has not finished.
-EXIT_BOUND = 0.9
-
-
-@attrs.define(eq=False)
-class _Interrupt:
-    """What Ctrl-C acts on: the call's abort signal, and the scope around the whole run.
-
-    ``phase`` says what the call is doing, for the report of what was aborted.
-    """
-
-    controller: AbortController = attrs.field(factory=AbortController)
-    run: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    phase: str = "starting"
-    #: ``time.perf_counter()`` of the first Ctrl-C, and the phase it interrupted.
-    at: float | None = None
-    interrupted: str | None = None
-    #: True once the run was stopped because the abort took longer than `ABORT_BOUND`.
-    forced: bool = False
-
-
-async def _run_events(
-    args: argparse.Namespace,
-    config: configuration.Config,
-    options: GenerateOptions,
-    environ: dict[str, str],
-    handle: Callable[[Any], None],
-    interrupt: _Interrupt,
-) -> None:
-    """Run a call, in-process or through a gateway; ``handle(event)`` sees each event.
-
-    The call is aborted through ``interrupt.controller`` at any moment, even
-    before it has started.
-    """
-    signal_ = interrupt.controller.signal
-    if args.via:
-        interrupt.phase = f"connecting to {args.via}"
-        if signal_.aborted:
-            return  # interrupted before connecting
-        async with _gateway(args, environ) as client:
-            if signal_.aborted:
-                return  # interrupted while connecting: no call was sent
-            interrupt.phase = "waiting for the first chunk"
-            async with client.stream(options) as remote, trio.open_nursery() as nursery:
-
-                async def forward_abort() -> None:
-                    await signal_.wait()
-                    remote.abort(signal_.reason)
-
-                nursery.start_soon(forward_abort)
-                async for chunk in remote:
-                    handle(chunk)
-                nursery.cancel_scope.cancel()
-        return
-    async with _configured_runtime(config) as rt:
-        interrupt.phase = "waiting for the first chunk"
-        if args.retry:
-            async with rt.stream_with_retry(options, signal=signal_) as retrying:
-                async for event in retrying:
-                    handle(event)
-        else:
-            async with rt.stream(options, signal=signal_) as call:
-                async for chunk in call:
-                    handle(chunk)
-
-
-async def _watch_interrupts(
-    interrupt: _Interrupt, out: TextIO, what: str, *, task_status: trio.TaskStatus[None]
-) -> None:
-    """Ctrl-C aborts the call (bounded by `ABORT_BOUND`); a second one exits at once."""
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async with trio.open_nursery() as nursery:
-            async for _ in signals:
-                if interrupt.at is not None:
-                    out.write("\ninterrupted again: exiting now\n")
-                    out.flush()
-                    os._exit(130)
-                interrupt.at = time.perf_counter()
-                interrupt.interrupted = interrupt.phase
-                out.write(f"\n^C: aborting {what} ({interrupt.phase})\n")
-                out.flush()
-                if interrupt.phase.startswith("connecting"):
-                    interrupt.run.cancel()  # no call exists yet: stop connecting
-                interrupt.controller.abort()
-                nursery.start_soon(_bound_abort, interrupt, out)
-
-
-async def _bound_abort(interrupt: _Interrupt, out: TextIO) -> None:
-    """Stop a call whose abort takes too long; exit outright if even stopping it hangs."""
-    await trio.sleep(ABORT_BOUND)
-    interrupt.forced = True
-    interrupt.run.cancel()
-    # Cleanup that outlives this (an adapter stuck closing) is not waited for.
-    await trio.sleep(EXIT_BOUND - ABORT_BOUND)
-    out.write(f"\naborted: cleanup did not end within {EXIT_BOUND:g} s; exiting now\n")
-    out.flush()
-    os._exit(130)
-
-
-async def _call(
-    args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
-) -> int:
-    provider = _route_of(config, args.provider or "demo") if args.via is None else args.provider
-    provider = provider or "demo"
-    options = GenerateOptions(
-        provider=provider,
-        model=args.model or _default_model(config, provider),
-        messages=(llmrt.user_message(args.prompt),),
-        system=args.system,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        reasoning_effort=args.effort,
-    )
-    style = _Style(not args.no_color and out.isatty())
-    printer = _Printer(out, style)
-    started = time.perf_counter()
-    first: float | None = None
-    ended = started
-    finish: Finish | None = None
-    interrupt = _Interrupt()
-
-    def handle(event: Any) -> None:
-        nonlocal first, ended, finish
-        if isinstance(event, RetryScheduled):
-            printer.retry(event)
-            return
-        chunk = event.chunk if isinstance(event, AttemptChunk) else event
-        if first is None and isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
-            first = time.perf_counter()
-            interrupt.phase = "streaming"
-        if isinstance(chunk, Finish):
-            finish = chunk
-            ended = time.perf_counter()
-        else:
-            printer.chunk(chunk)
-
-    what = f"the call to {options.provider}/{options.model}"
-    async with trio.open_nursery() as nursery:
-        await nursery.start(_watch_interrupts, interrupt, out, what)
-        with interrupt.run:
-            await _run_events(args, config, options, environ, handle, interrupt)
-        nursery.cancel_scope.cancel()
-    stopped = time.perf_counter()
-    total = stopped - started
-    out.write("\n")
-    usage = printer.assembler.usage
-    summary = []
-    if usage is not None:
-        summary.append(f"usage: input {usage.input_tokens}, output {usage.output_tokens}")
-        if usage.cache_read_tokens:
-            summary.append(f"cache read {usage.cache_read_tokens}")
-        if usage.reasoning_tokens:
-            summary.append(f"reasoning {usage.reasoning_tokens}")
-    if first is not None:
-        summary.append(f"first token {1000 * (first - started):.1f} ms")
-    summary.append(f"total {1000 * total:.1f} ms")
-    out.write(style(_DIM, " | ".join(summary)) + "\n")
-    if finish is None:
-        if interrupt.at is not None:
-            # Interrupted before the call could end with a finish (connecting, or past the bound).
-            why = (
-                f"no finish within {ABORT_BOUND:g} s, stopped"
-                if interrupt.forced
-                else "stopped before the call was sent"
-            )
-            out.write(
-                style(
-                    _RED,
-                    f"aborted {what} while {interrupt.interrupted}: {why} "
-                    f"(abort took {1000 * (stopped - interrupt.at):.1f} ms)\n",
-                )
-            )
-            return 130
-        out.write(style(_RED, "the call ended without a finish\n"))
-        return 1
-    reason = finish.reason
-    if isinstance(reason, FinishAborted):
-        latency = ""
-        if interrupt.at is not None:
-            latency = f" (abort -> finish {1e6 * (ended - interrupt.at):.0f} us)"
-        out.write(style(_RED, f"aborted: {reason.failure.message}{latency}\n"))
-        return 130
-    if isinstance(reason, FinishError):
-        out.write(style(_RED, f"error {reason.failure.code}: {reason.failure.message}\n"))
-        return 1
-    out.write(style(_DIM, f"finish: {reason.__struct_config__.tag}\n"))
-    return 0
-
-
 # ---- serve -------------------------------------------------------------------------------
 
 
@@ -580,6 +280,12 @@ def _check_stop_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
 
 
+def _playground_url(url: str) -> str:
+    """The page the gateway's port serves at ``/``: its websocket URL over HTTP."""
+    scheme, sep, rest = url.partition("://")
+    return ("https" if scheme == "wss" else "http") + sep + rest
+
+
 def _print_serving(
     out: TextIO,
     config: configuration.Config,
@@ -590,12 +296,15 @@ def _print_serving(
     tracing: bool = False,
 ) -> None:
     out.write(f"llmrt {llmrt.__version__} gateway listening on {url}\n")
+    out.write(f"playground: {_playground_url(url)} (open it in a browser)\n")
     out.write(f"workers: {workers}\n")
     out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
     if tracing:
         out.write("tracing: OpenTelemetry (GenAI conventions; call frames may carry traceparent)\n")
+    from .config import describe
+
     out.write("providers:\n")
-    for line in configuration.describe(config):
+    for line in describe(config):
         out.write(f"  {line}\n")
     out.flush()
 
@@ -691,6 +400,8 @@ async def _serve(
     """
     from ..gateway import serve_gateway
     from ..gateway._server import _is_loopback
+    from ._collector import collector_line, tune_for_serving
+    from ._setup import configured_runtime
 
     token = environ.get(args.token_env) or None
     if token is None and not _is_loopback(args.host):
@@ -704,28 +415,57 @@ async def _serve(
     if args.workers:
         return await _serve_workers(args, config, out, environ, task_status=task_status)
     options = serve_options(args, config, environ)
-    async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
-        for middleware in tracing:
-            rt.use(middleware)
-        serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
-        server = await nursery.start(serve)
-        token = options["token"]
-        _print_serving(
-            out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
-        )
-        task_status.started(server)
-        if args.gc_tuning and serving_process:
-            tune_for_serving()
-            out.write(f"{collector_line()}\n")
-            out.flush()
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                out.write("shutting down\n")
+    # The receiver is open before anything announces readiness (the banner,
+    # ``task_status.started``): once a client can know the gateway serves, a
+    # SIGINT is a shutdown, never trio's KeyboardInterrupt. Opened first, it also
+    # keeps a signal that arrives during start-up until the loop below reads it.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
+            for middleware in tracing:
+                rt.use(middleware)
+            serve = functools.partial(serve_gateway, rt, args.host, args.port, **options)
+            server = await nursery.start(serve)
+            token = options["token"]
+            _print_serving(
+                out, config, server.url, "1 (this process)", token, args.token_env, bool(tracing)
+            )
+            task_status.started(server)
+            if args.gc_tuning and serving_process:
+                tune_for_serving()
+                out.write(f"{collector_line()}\n")
                 out.flush()
-                await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
+            async for _ in signals:
                 break
-        nursery.cancel_scope.cancel()
+            out.write("shutting down\n")
+            out.flush()
+            await _stop_unless_interrupted(server, signals, args, out)
+            nursery.cancel_scope.cancel()
     return 0
+
+
+async def _stop_unless_interrupted(
+    server: GatewayServer, signals: AsyncIterator[int], args: argparse.Namespace, out: TextIO
+) -> None:
+    """Drain and stop ``server``; a second signal meanwhile exits at once.
+
+    The gateway gives in-flight calls their grace period even when its task is
+    cancelled (the connections are shielded for it), so the one way to stop now
+    is to leave now, as a second Ctrl-C of ``llmrt call`` does: the clients see
+    their connections close. Reading the signals while stopping also means
+    none is left pending in the receiver, which trio would deliver again as a
+    KeyboardInterrupt when it closes.
+    """
+    async with trio.open_nursery() as nursery:
+
+        async def again() -> None:
+            async for _ in signals:
+                out.write("interrupted again: exiting now, in-flight calls are cut off\n")
+                out.flush()
+                os._exit(130)
+
+        nursery.start_soon(again)
+        await stop_gateway(server, drain_delay=args.drain_delay, grace=args.shutdown_grace)
+        nursery.cancel_scope.cancel()
 
 
 def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
@@ -767,13 +507,17 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
 async def _providers(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
+    from ._setup import gateway_client
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             providers = await client.list_providers()
         for provider in providers:
             out.write(f"{provider.id}\t{provider.name}\n")
         return 0
-    for line in configuration.describe(config):
+    from .config import describe
+
+    for line in describe(config):
         out.write(line + "\n")
     return 0
 
@@ -792,15 +536,17 @@ async def _models(
     models, when the endpoint is unreachable or has no list; said on stderr
     too) or ``adapter`` (a route outside any namespace: its adapter's list).
     """
+    from ._setup import configured_runtime, gateway_client, route_of, table_of
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             directory = await client.list_configurable_providers()
             live = {p.id for p in await client.list_providers()}
             return await _show_models(
                 args.provider, directory, live, client.discover_models, client.list_models, out, ()
             )
-    route = _route_of(config, args.provider)
-    async with _configured_runtime(config, environ=environ) as rt:
+    route = route_of(config, args.provider)
+    async with configured_runtime(config, environ=environ) as rt:
         live = {p.id for p in rt.list_providers()}
         return await _show_models(
             route,
@@ -809,7 +555,7 @@ async def _models(
             rt.discover_models,
             rt.list_models,
             out,
-            _table_of(config, route),
+            table_of(config, route),
         )
 
 
@@ -846,14 +592,6 @@ async def _show_models(
     for model in found:
         out.write(f"{model.id}\t{model.name or model.id}\tdiscovered:{entry.settings_ns}\n")
     return 0
-
-
-def _table_of(config: configuration.Config, route: str) -> tuple[ModelSpec, ...]:
-    """The models a route knows without its endpoint: the preset's, then the file's."""
-    spec = config.route(route)
-    if spec is None or spec.config is None:
-        return ()
-    return spec.config.known_models()
 
 
 # ---- stats -------------------------------------------------------------------------------
@@ -917,15 +655,17 @@ def format_stats(value: StatisticsValue) -> list[str]:
 async def _stats(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
+    from ._setup import configured_runtime, gateway_client
+
     if args.via:
-        async with _gateway(args, environ) as client:
+        async with gateway_client(args, environ) as client:
             value = await client.stats()
     else:
         from ..gateway._snapshot import statistics_value
 
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")
-        async with _configured_runtime(config) as rt:
+        async with configured_runtime(config) as rt:
             options = GenerateOptions(
                 provider="demo", model="demo-1", messages=(llmrt.user_message("hello"),)
             )
@@ -935,6 +675,8 @@ async def _stats(
                         pass
             value = statistics_value(rt.statistics())
     if args.json:
+        import msgspec
+
         out.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
     else:
         for line in format_stats(value):
@@ -945,28 +687,94 @@ async def _stats(
 # ---- entry point -------------------------------------------------------------------------
 
 
+def _route_of(config: configuration.Config, name: str) -> str:
+    """`_setup.route_of` (named here too: tests and plugins have used this name)."""
+    from ._setup import route_of
+
+    return route_of(config, name)
+
+
+def _default_model(config: configuration.Config, provider: str) -> str:
+    """`_setup.default_model` (named here too, like `_route_of`)."""
+    from ._setup import default_model
+
+    return default_model(config, provider)
+
+
+def _sole_cause(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The one exception nested groups hold (nurseries in nurseries), or None."""
+    inner = sole_exception(group)
+    while isinstance(inner, BaseExceptionGroup):
+        inner = sole_exception(inner)
+    return inner
+
+
+def _bind_problem(exc: OSError, args: argparse.Namespace) -> str | None:
+    """What a failed listen means for ``llmrt serve`` and how to fix it, or None."""
+    if args.command != "serve" or exc.filename is not None:
+        return None  # a file's error, not the listener's
+    where = f"port {args.port} on {args.host}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where} is already in use (another llmrt serve?): stop what holds it, or "
+            "pick another port with --port N (--port 0 takes any free port)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"not allowed to listen on {where} (ports below 1024 need privileges): "
+            "pick another port with --port N"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{args.host} is not an address of this machine: pick another with --host"
+    return None
+
+
+def _silence(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null: flushing at exit must not fail again."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return  # not a file (a test's StringIO): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
     out: TextIO | None = None,
+    err: TextIO | None = None,
     environ: dict[str, str] | None = None,
+    stdin: BinaryIO | None = None,
 ) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    ``out``/``err`` default to ``sys.stdout``/``sys.stderr``, ``stdin`` (read by
+    ``llmrt call -``) to ``sys.stdin.buffer``, ``environ`` to ``os.environ``.
+    """
     parser = _parser()
     args = parse_args(argv, parser)
     out = out or sys.stdout
+    err = err or sys.stderr
     env = dict(os.environ if environ is None else environ)
     if args.command is None:
         parser.print_help(out)
         return 0
+    # Imported once a command runs: `llmrt --help` needs none of it.
+    from . import config as configuration
+    from .plugins import PLUGIN_ERROR
+
     try:
         config = configuration.load_config(args.config, environ=env)
         # An unusable adapter plugin costs its own kind only: say so, serve the rest.
         for problem in config.plugins.problems.values():
-            print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=sys.stderr)
+            print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=err)
         try:
             if args.command == "call":
-                return trio.run(_call, args, config, out, env)
+                from ._call_command import call_command
+
+                return call_command(args, config, out, err, env, stdin or sys.stdin.buffer)
             if args.command == "serve":
                 return trio.run(
                     functools.partial(_serve, serving_process=True), args, config, out, env
@@ -977,23 +785,35 @@ def main(
                 return trio.run(_stats, args, config, out, env)
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
+            if group.subgroup(KeyboardInterrupt) is not None:
+                # Ctrl-C that trio delivered inside a nursery (before a signal
+                # receiver was open, or after it closed): an interrupt, not a crash.
+                raise KeyboardInterrupt from None
             # Nurseries wrap what went wrong; report the one cause plainly.
-            inner = sole_exception(group)
+            inner = _sole_cause(group)
             if isinstance(inner, Exception):
                 raise inner from None
             raise
     except configuration.ConfigError as exc:
-        print(f"llmrt: {exc}", file=sys.stderr)
+        print(f"llmrt: {exc}", file=err)
         return 2
     except LlmError as exc:
-        print(f"llmrt: {exc}", file=sys.stderr)
+        print(f"llmrt: {exc}", file=err)
         return 1
-    except (ValueError, OSError) as exc:
-        print(f"llmrt: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader of stdout left (``llmrt call ... | head -1``): stop quietly, as
+        # a Unix tool does, with the status a shell reports for SIGPIPE.
+        _silence(out)
+        return 128 + signal.SIGPIPE
+    except OSError as exc:
+        print(f"llmrt: {_bind_problem(exc, args) or exc}", file=err)
+        return 2
+    except ValueError as exc:
+        print(f"llmrt: {exc}", file=err)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C before the call's own handler was installed (or after it ended).
-        print("llmrt: interrupted", file=sys.stderr)
+        print("llmrt: interrupted", file=err)
         return 130
 
 

@@ -496,10 +496,11 @@ def _namespaces(
 
 
 def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
-    from ..gateway._origin import OriginPolicy
-    from ..gateway._protocol import MIN_FRAME_BYTES
-
+    # The gateway package is imported only for a value it must check: loading
+    # it (its server, metrics, websockets) is most of `llmrt call`'s start-up.
     for index, entry in enumerate(table.allow_origin):
+        from ..gateway._origin import OriginPolicy
+
         try:
             # Whether ``*`` has its token is known only when serving.
             OriginPolicy.build([entry], loopback=True, token=True)
@@ -514,6 +515,8 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
             ("gateway", "discover_allow_private"),
             "discover_allow_private applies to client-named URLs: it needs discover_any_url = true",
         )
+    if table.max_frame_bytes is not None:
+        from ..gateway._protocol import MIN_FRAME_BYTES
     if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
         raise ctx.error(
             ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"

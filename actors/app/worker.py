@@ -27,7 +27,8 @@ from ..gateway import serve_gateway
 from ..gateway._metrics import Figures
 from . import config as configuration
 from ._collector import tune_for_serving
-from .cli import _configured_runtime, parse_args, serve_middleware, serve_options, stop_gateway
+from ._setup import configured_runtime
+from .cli import parse_args, serve_middleware, serve_options, stop_gateway
 
 __all__ = ["run_worker", "worker_main"]
 
@@ -62,7 +63,7 @@ async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     config = configuration.load_config(args.config, environ=environ)
     shared = SharedFigures(Path(spec.figures_dir), spec.slot)
     stop = trio.Event()
-    async with _configured_runtime(config) as rt, trio.open_nursery() as nursery:
+    async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
         for middleware in serve_middleware(args):
             rt.use(middleware)
         await nursery.start(_watch_signals, stop)

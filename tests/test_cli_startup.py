@@ -1,0 +1,78 @@
+"""What each command imports: ``llmrt --help`` and ``llmrt call`` leave out what they
+do not use (issue 22, item 6). The time it takes is measured by
+``bench/bench_startup.py``; here, which modules a fresh process has loaded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Runs the CLI's main in a fresh interpreter, then prints the llmrt modules it loaded.
+PROBE = """
+import json, sys
+from llmrt.actors.app.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("llmrt"))), file=sys.stderr)
+"""
+
+
+def loaded(*argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1"},
+    )
+    modules: list[str] = json.loads(done.stderr.splitlines()[-1])
+    return set(modules)
+
+
+def test_help_loads_no_configuration_and_no_command() -> None:
+    modules = loaded("--help")
+    assert "llmrt.actors.app.cli" in modules
+    for module in (
+        "llmrt.actors.app.config",
+        "llmrt.actors.app.plugins",
+        "llmrt.actors.app._call_command",
+        "llmrt.actors.gateway",
+        "llmrt.adapters._http",
+    ):
+        assert module not in modules, module
+
+
+def test_a_call_loads_neither_the_gateway_nor_the_client(tmp_path: Path) -> None:
+    config = tmp_path / "fast.toml"
+    config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
+    modules = loaded("call", "hi", "--config", str(config))
+    assert "llmrt.actors.app._call_command" in modules  # it did run the call
+    gateway = sorted(m for m in modules if m.startswith("llmrt.actors.gateway"))
+    assert gateway == []
+    assert "llmrt.actors.app.client" not in modules
+
+
+def test_the_startup_bench_sums_top_level_imports_only() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_startup import import_ms
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    text = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       100 |        100 |   encodings.aliases\n"
+        "import time:       900 |       1000 | encodings\n"
+        "import time:      2000 |       5000 |     deep.child\n"
+        "import time:      1500 |       2500 | site\n"
+        "some other line on stderr\n"
+    )
+    assert import_ms(text) == pytest.approx(3.5)
