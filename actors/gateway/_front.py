@@ -16,7 +16,8 @@ timeout). Then:
   ``GET /healthz``          200: the process serves
   ``GET /readyz``           200 while accepting calls, 503 while draining or
                             shutting down
-  ``GET /metrics``          Prometheus text exposition
+  ``GET /metrics``          Prometheus text exposition (401 without the
+                            gateway token when ``metrics_auth = "token"``)
   anything else             404; another method on a known route: 405
   ========================  =================================================
 
@@ -51,10 +52,13 @@ import h11
 import trio
 
 from ._counters import GatewayCounters, RefusalCause
+from ._protocol import bearer_from_headers, token_matches
 
 __all__ = [
     "MAX_HEAD_BYTES",
+    "METRICS_AUTH",
     "Answer",
+    "check_metrics_auth",
     "FrontDoor",
     "ReplayStream",
     "content_security_policy",
@@ -79,6 +83,16 @@ _TEXT: Final = b"text/plain; charset=utf-8"
 _HTML: Final = b"text/html; charset=utf-8"
 #: Routes a scrape or probe may name; anything else is counted as ``other``.
 ROUTES: Final = ("/", "/healthz", "/readyz", "/metrics")
+#: Who may read ``/metrics``: anyone who reaches the port, or holders of the token.
+METRICS_AUTH: Final = ("open", "token")
+
+
+def check_metrics_auth(value: str, *, token: bool) -> None:
+    """Raise `ValueError` unless ``value`` is a `METRICS_AUTH` the gateway can honour."""
+    if value not in METRICS_AUTH:
+        raise ValueError(f"metrics_auth must be one of {', '.join(METRICS_AUTH)}, got {value!r}")
+    if value == "token" and not token:
+        raise ValueError('metrics_auth = "token" needs a gateway token to check')
 
 
 @attrs.frozen
@@ -93,6 +107,7 @@ class Answer:
 _REASONS: Final = {
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
     426: b"Upgrade Required",
@@ -194,13 +209,15 @@ class FrontDoor:
     ``ready`` says whether the gateway accepts calls (the one readiness
     decision lives with the gateway state); ``metrics`` renders the
     Prometheus exposition and its content type; ``page`` is the playground
-    (None: ``GET /`` is 404).
+    (None: ``GET /`` is 404); ``metrics_token``, when set, is the bearer
+    token ``/metrics`` asks for (``metrics_auth = "token"``).
     """
 
     ready: Callable[[], bool]
     metrics: Callable[[], Awaitable[tuple[bytes, str]]]
     page: bytes | None
     counters: GatewayCounters
+    metrics_token: bytes | None = attrs.field(default=None, repr=False)
     _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -213,7 +230,9 @@ class FrontDoor:
             *_COMMON,
         )
 
-    async def answer(self, method: bytes, target: bytes) -> Answer:
+    async def answer(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+    ) -> Answer:
         """The answer to a plain (non-upgrade) request. A checkpoint only for ``/metrics``."""
         path = target.partition(b"?")[0].decode("ascii", "replace")
         known = path in ROUTES and (path != "/" or self.page is not None)
@@ -233,6 +252,14 @@ class FrontDoor:
                     return _text(200, "ready\n")
                 return _text(503, "draining\n")
             case _:  # "/metrics"
+                if self.metrics_token is not None and not token_matches(
+                    self.metrics_token, bearer_from_headers(headers)
+                ):
+                    # Checked before anything is rendered: a refused scraper costs nothing.
+                    self.counters.refused(RefusalCause.AUTH)
+                    return _text(
+                        401, "a valid bearer token is required\n", (b"WWW-Authenticate", b"Bearer")
+                    )
                 body, content_type = await self.metrics()
                 headers = (
                     (b"Content-Type", content_type.encode()),
@@ -386,7 +413,7 @@ async def serve_stream(
                     else:
                         front.counters.refused(RefusalCause.MALFORMED)
                 else:
-                    answer = await front.answer(request.method, request.target)
+                    answer = await front.answer(request.method, request.target, request.headers)
             if answer is not None:
                 await stream.send_all(_encode(conn, answer, head_only))
                 answered = True

@@ -45,9 +45,9 @@ from llmrt._helpers import raise_sole
 from .._runtime import LlmRuntime
 from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
 from ._counters import RefusalCause
-from ._front import FrontDoor, ReplayStream, serve_stream
+from ._front import FrontDoor, ReplayStream, check_metrics_auth, serve_stream
 from ._listen import open_reuseport_listeners
-from ._metrics import Combine, Figures, GatewayMetrics
+from ._metrics import Figures, GatewayMetrics, Render
 from ._origin import OriginPolicy, Refusal
 from ._protocol import (
     FRAME_BYTES_HEADER,
@@ -338,7 +338,8 @@ async def serve_gateway(
     listeners: Sequence[trio.SocketListener] | None = None,
     allow_origin: Sequence[str] = (),
     reuse_port: bool = False,
-    metrics_combine: Combine | None = None,
+    metrics_render: Render | None = None,
+    metrics_auth: str = "open",
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -360,8 +361,11 @@ async def serve_gateway(
     ``reuse_port``: bind with ``SO_REUSEPORT``, so that other processes may
     serve the same port (``llmrt serve --workers``; see ``_listen``).
 
-    ``metrics_combine``: what ``/metrics`` exports instead of this gateway's
-    own figures (the workers' sum; see `Combine`).
+    ``metrics_render``: what writes ``/metrics`` instead of this gateway's
+    own figures (the workers' sum; see `Render`).
+    ``metrics_auth``: ``"open"`` (``/metrics`` answers anyone who reaches the
+    port) or ``"token"`` (it asks for the gateway token as an
+    ``Authorization: Bearer`` header, 401 otherwise; needs ``token``).
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -370,10 +374,12 @@ async def serve_gateway(
 
     Raises `ValueError` before binding when the address is not a loopback
     address and no token is given, when ``token`` is empty or holds
-    whitespace, or when an ``allow_origin`` entry is not an origin (or is
-    ``*`` without a token); `OSError` when binding fails.
+    whitespace, when an ``allow_origin`` entry is not an origin (or is
+    ``*`` without a token), or when ``metrics_auth`` is not ``"open"`` or
+    ``"token"`` (or is ``"token"`` without a token); `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
+    check_metrics_auth(metrics_auth, token=token is not None)
     if token is not None and (not token or any(c.isspace() for c in token)):
         raise ValueError("the gateway token must be non-empty and hold no whitespace")
     if listeners is not None:
@@ -397,12 +403,13 @@ async def serve_gateway(
         token=token.encode() if token is not None else None,
         policy=policy,
     )
-    metrics = GatewayMetrics(state, combine=metrics_combine)
+    metrics = GatewayMetrics(state, write=metrics_render)
     front = FrontDoor(
         ready=lambda: state.ready,
         metrics=metrics.render,
         page=_load_playground(),
         counters=state.counters,
+        metrics_token=state.token if metrics_auth == "token" else None,
     )
     handler = partial(
         serve_stream,
