@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
@@ -68,6 +68,8 @@ class GatewayTable(_Table, frozen=True):
     max_frame_bytes: _Positive | None = None
     #: Let ``discover-models`` frames name any endpoint URL (off: configured endpoints only).
     discover_any_url: bool | None = None
+    #: Who may read ``/metrics``: anyone (``"open"``) or holders of the gateway token.
+    metrics_auth: Literal["open", "token"] | None = None
 
 
 @functools.cache
