@@ -20,6 +20,10 @@ endless misbehaviour a client fails to bound shows up as a TIMEOUT rather
 than a hang. Peak RSS growth per case is read from ``VmHWM`` after resetting
 it (``/proc/self/clear_refs``), so each case's figure is its own.
 
+The gateway's own cases follow (``_scrape_flood``): ``/metrics`` at the label
+bound scraped by one polite scraper (the floor) and by 16 at once, with a
+websocket client's ping round trips beside the stall.
+
     python bench/bench_hostile.py [--quick] [--only CASE ...]
 """
 
@@ -37,6 +41,7 @@ from typing import Any
 
 import trio
 from _common import environment, rss_kib, table, write_json
+from _scrape_flood import SCRAPE_CASES, run_scrape_case
 
 import llmrt
 from llmrt import Finish, FinishError, FinishStop
@@ -203,11 +208,16 @@ async def run_case(
         }
 
 
-async def measure(cases: list[tuple[str, str, dict[str, Any], int]]) -> dict[str, Any]:
+async def measure(
+    cases: list[tuple[str, str, dict[str, Any], int]],
+    scrape_cases: list[tuple[str, int, float, bool]] = SCRAPE_CASES,
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     async with llmrt.open_runtime(stream_idle_timeout=IDLE_TIMEOUT) as rt:
         for label, name, options, prompt in cases:
             results[label] = await run_case(rt, label, name, options, prompt)
+    for label, scrapers, pause, cached in scrape_cases:
+        results[label] = await run_scrape_case(heartbeat, REPEATS, scrapers, pause, cached)
     return results
 
 
@@ -223,8 +233,10 @@ def main() -> int:
         trio.run(_serve_child, args.child[0], json.loads(args.child[1]))
         return 0
     cases = CASES[:6] if args.quick else CASES
+    scrape_cases = SCRAPE_CASES
     if args.only:
         cases = [c for c in CASES if c[0] in args.only or c[1] == "well-behaved"]
+        scrape_cases = [c for c in SCRAPE_CASES if c[0] in args.only or c[1] == 1]
     report: dict[str, Any] = {
         "benchmark": "hostile",
         "command": "python bench/bench_hostile.py" + (" --quick" if args.quick else ""),
@@ -234,7 +246,7 @@ def main() -> int:
         "repeats": REPEATS,
         "idle_timeout_s": IDLE_TIMEOUT,
     }
-    results = trio.run(measure, cases)
+    results = trio.run(measure, cases, scrape_cases)
     report["results"] = results
     rows = []
     for label, r in results.items():

@@ -1,17 +1,17 @@
 """``GET /metrics``: the runtime's statistics and the gateway's counters, read at scrape time.
 
-Nothing here runs on the call path. A custom prometheus-client collector
-turns `LlmRuntime.statistics()` and the gateway's own counters into metric
-families when Prometheus scrapes; each gateway has its own
-`CollectorRegistry` (no process-wide registry), and prometheus-client writes
-the exposition format, in a worker thread. ``docs/operations.md`` lists every metric.
+Nothing here runs on the call path. `LlmRuntime.statistics()` and the
+gateway's own counters become prometheus-client metric families when
+Prometheus scrapes (nothing is registered process-wide), and `_exposition`
+writes them in the text format prometheus-client writes, in a worker
+thread. ``docs/operations.md`` lists every metric.
 
 A process renders at most once per `CACHE_SECONDS` however many scrapers
 ask: scrapes that arrive while a render runs share it (single flight), and
-later ones within the period get the same text. Writing the text costs tens
-of milliseconds of CPU at the label bound; sixteen scrapers polling in
-parallel used to pay it sixteen times, starving the streams of the
-process.
+later ones within the period get the same text. Writing the text holds the
+interpreter lock for as long as it takes (a few tens of milliseconds at the
+label bound); sixteen scrapers polling in parallel used to pay it sixteen
+times over, starving the streams of the process.
 
 Label values are bounded: providers and models as the statistics bound them
 (`llmrt.actors._stats.OTHER`), finish reasons by the closed set of finish
@@ -23,23 +23,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import CollectorRegistry
 
 from llmrt import ErrorCode
 
 from .._stats import OTHER, HistogramSnapshot, RuntimeStatistics
+from ._exposition import write_exposition
 from ._protocol import GatewayErrorCode
 from ._snapshot import GatewayValue
 
@@ -271,23 +271,6 @@ def metric_families(figures: Figures) -> list[Metric]:
 #: caches nothing itself beyond sharing one run among the scrapes that asked
 #: during it: the writer keeps its own cache (one shared by the processes).
 Render = Callable[[Figures], bytes]
-
-
-@attrs.define(eq=False)
-class _Families:
-    """A collector that exports a fixed list of families (one per exposition)."""
-
-    families: Sequence[Metric]
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-def write_exposition(families: Sequence[Metric]) -> bytes:
-    """The Prometheus text exposition of ``families`` (prometheus-client writes it)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))
-    return generate_latest(registry)
 
 
 def _own_exposition(figures: Figures) -> bytes:
