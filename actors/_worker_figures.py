@@ -50,7 +50,8 @@ from ._worker_sum import (
     runtime_statistics,
     worker_families,
 )
-from .gateway._metrics import Figures, metric_families, write_exposition
+from .gateway._exposition import Pacer, write_exposition
+from .gateway._metrics import Figures, metric_families
 from .gateway._snapshot import StatisticsValue, statistics_value
 
 __all__ = ["RENDER_SECONDS", "SNAPSHOT_SECONDS", "SharedFigures", "retire"]
@@ -211,6 +212,6 @@ class SharedFigures:
             except (OSError, ValueError):
                 pass  # none yet, or not ours
             own = self.publish(figures)
-            body = write_exposition(self._families(own, figures.version))
+            body = write_exposition(self._families(own, figures.version), Pacer())
             _write_atomically(rendered, repr(self.now()).encode() + b"\n" + body)
             return body

@@ -13,8 +13,12 @@ Cases, in one run:
   Prometheus does: the floor;
 * ``parallel scrapes``: 16 scrapers, each scraping again as soon as it has
   its answer (the render cache makes them share one render a second);
-* ``parallel scrapes, no cache``: the same with the cache off, i.e. every
-  scrape renders, as before the cache existed (for comparison only).
+* ``parallel scrapes, no cache``: the same with the one-second cache off
+  (scrapes that arrive during a render still share it), for comparison.
+
+Before the cache and llmrt's own writer, one render took 125-320 ms in a
+worker thread and every scrape had its own: 16 scrapers moved the ping
+round trip from p50 1.5 / p99 2.3 ms to 12 / 48 ms.
 """
 
 from __future__ import annotations

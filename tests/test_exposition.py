@@ -23,9 +23,14 @@ from prometheus_client.core import (
 )
 
 import llmrt
+from llmrt.actors._stats import HistogramSnapshot
 from llmrt.actors.gateway import Limits
 from llmrt.actors.gateway._connection import GatewayState
-from llmrt.actors.gateway._exposition import write_exposition, write_with_prometheus_client
+from llmrt.actors.gateway._exposition import (
+    ModelHistograms,
+    write_exposition,
+    write_with_prometheus_client,
+)
 from llmrt.actors.gateway._metrics import Figures, metric_families
 
 
@@ -72,7 +77,15 @@ def test_any_label_values_and_numbers(values: list[tuple[str, str, float]], doc:
     histogram = HistogramMetricFamily("h", doc, labels=["model"], unit="seconds")
     for a, _, number in values:
         histogram.add_metric([a], [("0.5", 1), ("+Inf", 2)], float(number))
-    same([counter, gauge, histogram, GaugeMetricFamily("plain", doc, value=3)])
+    models = ModelHistograms(
+        "llmrt_x",
+        doc,
+        [
+            (a, b, HistogramSnapshot(bounds=(0.5, math.inf), counts=(1, 2), sum=float(number)))
+            for a, b, number in values
+        ],
+    )
+    same([counter, gauge, histogram, models, GaugeMetricFamily("plain", doc, value=3)])
 
 
 def test_families_outside_the_fast_shape_go_to_prometheus_client() -> None:

@@ -55,11 +55,11 @@ async def test_scrapes_share_one_render_and_reuse_it_for_a_second(
     release = threading.Event()
     real = metrics_module._own_exposition
 
-    def counted(figures: metrics_module.Figures) -> bytes:
+    def counted(figures: metrics_module.Figures, *pace: Any) -> bytes:
         renders.append(figures.taken)
         # Holds the first render open until every scraper has asked.
         assert release.wait(timeout=30)
-        return real(figures)
+        return real(figures, *pace)
 
     monkeypatch.setattr(metrics_module, "_own_exposition", counted)
     async with llmrt.open_runtime() as rt:
@@ -102,11 +102,11 @@ async def test_a_failed_render_fails_its_scrapes_and_the_next_one_renders_again(
     calls = [0]
     real = metrics_module._own_exposition
 
-    def flaky(figures: metrics_module.Figures) -> bytes:
+    def flaky(figures: metrics_module.Figures, *pace: Any) -> bytes:
         calls[0] += 1
         if calls[0] == 1:
             raise OSError("disk full")
-        return real(figures)
+        return real(figures, *pace)
 
     monkeypatch.setattr(metrics_module, "_own_exposition", flaky)
     async with llmrt.open_runtime() as rt:

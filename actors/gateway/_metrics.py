@@ -39,7 +39,15 @@ from prometheus_client.core import (
 from llmrt import ErrorCode
 
 from .._stats import OTHER, HistogramSnapshot, RuntimeStatistics
-from ._exposition import write_exposition
+from ._exposition import (
+    ModelHistograms,
+    Pace,
+    Pacer,
+    bucket_list,
+    le_label,
+    no_pace,
+    write_exposition,
+)
 from ._protocol import GatewayErrorCode
 from ._snapshot import GatewayValue
 
@@ -67,27 +75,12 @@ def _code(code: str) -> str:
     return code if not code or code in _KNOWN_CODES else OTHER
 
 
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
-
-
-def _buckets(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
-    """prometheus-client's bucket list: cumulative counts by upper bound."""
-    out: list[tuple[str, float]] = []
-    running = 0
-    for bound, count in zip(snapshot.bounds, snapshot.counts, strict=True):
-        running += count
-        out.append((_le(bound), running))
-    return out
-
-
 def _histograms(
     name: str, doc: str, series: Mapping[tuple[str, str], HistogramSnapshot]
-) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=["provider", "model"], unit="seconds")
-    for (provider, model), snapshot in sorted(series.items()):
-        family.add_metric([provider, model], _buckets(snapshot), snapshot.sum)
-    return family
+) -> ModelHistograms:
+    return ModelHistograms(
+        name, doc, [(provider, model, snap) for (provider, model), snap in sorted(series.items())]
+    )
 
 
 def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
@@ -143,7 +136,7 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     yield HistogramMetricFamily(
         "llmrt_abort_to_finish_seconds",
         "Abort to the aborted finish handed to the consumer.",
-        buckets=_buckets(abort),
+        buckets=bucket_list(abort),
         sum_value=abort.sum,
         unit="seconds",
     )
@@ -160,7 +153,8 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     yield retries
     attempts = sorted(stats.attempts_per_call.items())
     cumulative = [
-        (_le(bound), float(sum(n for a, n in attempts if a <= bound))) for bound in ATTEMPT_BUCKETS
+        (le_label(bound), float(sum(n for a, n in attempts if a <= bound)))
+        for bound in ATTEMPT_BUCKETS
     ]
     cumulative.append(("+Inf", float(sum(n for _, n in attempts))))
     yield HistogramMetricFamily(
@@ -273,8 +267,12 @@ def metric_families(figures: Figures) -> list[Metric]:
 Render = Callable[[Figures], bytes]
 
 
-def _own_exposition(figures: Figures) -> bytes:
-    return write_exposition(metric_families(figures))
+def _own_exposition(figures: Figures, pace: Pace = no_pace) -> bytes:
+    return write_exposition(metric_families(figures), pace)
+
+
+def _paced_exposition(figures: Figures) -> bytes:
+    return _own_exposition(figures, Pacer())
 
 
 @attrs.define(eq=False)
@@ -328,7 +326,7 @@ class GatewayMetrics:
         flight = self._flight = _Flight()
         try:
             figures = Figures.read(self.state)
-            write = self.write or _own_exposition
+            write = self.write or _paced_exposition
             # Not cancellable: the scrapes sharing this render wait for its text.
             body = await trio.to_thread.run_sync(write, figures)
             flight.body = self._cached = body
