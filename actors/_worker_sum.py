@@ -2,16 +2,24 @@
 
 A worker's figures travel as `StatisticsValue` (the ``stats`` frame's value);
 `merge_values` adds several up, `retired` is what a dead worker leaves in the
-sum, `runtime_statistics` turns a value back into the `RuntimeStatistics`
+sum, `admit_models` and `fold_models` keep the sum within the model-label
+bound, `runtime_statistics` turns a value back into the `RuntimeStatistics`
 that `metric_families` exports, and `worker_families` shows the workers
 themselves.
+
+Why the sum needs its own label bound: each worker keeps its first
+`MAX_MODELS_PER_PROVIDER` model names, but two workers that saw different
+names would export the union, and so would every worker that ever retired.
+The names the sum keeps are chosen once (`admit_models`, the busiest new
+names while there is room) and never given back, so a model's series never
+moves into ``(other)`` later, which would make both counters go down.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import msgspec
@@ -19,6 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from ._stats import (
     ABORT_BUCKETS,
+    MAX_MODELS_PER_PROVIDER,
+    OTHER,
     ConnectionPool,
     HistogramSnapshot,
     ProviderStatistics,
@@ -34,7 +44,14 @@ from .gateway._snapshot import (
     StatisticsValue,
 )
 
-__all__ = ["merge_values", "retired", "runtime_statistics", "worker_families"]
+__all__ = [
+    "admit_models",
+    "fold_models",
+    "merge_values",
+    "retired",
+    "runtime_statistics",
+    "worker_families",
+]
 
 _NO_ABORTS = HistogramSnapshot(bounds=ABORT_BUCKETS, counts=(0,) * len(ABORT_BUCKETS), sum=0.0)
 
@@ -174,6 +191,62 @@ def retired(value: StatisticsValue) -> StatisticsValue:
         providers=tuple(msgspec.structs.replace(p, calls_in_flight=0) for p in value.providers),
         connection_pools=(),
         gateway=gateway,
+    )
+
+
+#: The model labels a sum keeps, by provider, in the order they were admitted.
+KeptModels = Mapping[str, Sequence[str]]
+
+
+def admit_models(
+    kept: KeptModels, value: StatisticsValue, limit: int = MAX_MODELS_PER_PROVIDER
+) -> dict[str, tuple[str, ...]]:
+    """``kept`` and, while a provider has fewer than ``limit``, the names new in ``value``.
+
+    New names are admitted busiest first (by calls ended, then by name): the
+    choice is the same whichever process makes it from the same figures.
+    """
+    out = {provider: tuple(models) for provider, models in kept.items()}
+    calls: Counter[tuple[str, str]] = Counter()
+    for entry in (*value.call_duration, *value.time_to_first_chunk):
+        calls[entry.provider, entry.model] += 0
+    for entry in value.call_duration:
+        calls[entry.provider, entry.model] += entry.histogram.count
+    candidates: dict[str, list[tuple[int, str]]] = {}
+    for (provider, model), count in calls.items():
+        if provider == OTHER or model == OTHER or model in out.get(provider, ()):
+            continue
+        candidates.setdefault(provider, []).append((-count, model))
+    for provider, names in sorted(candidates.items()):
+        have = out.get(provider, ())
+        room = limit - len(have)
+        if room > 0:
+            out[provider] = (*have, *(model for _, model in sorted(names)[:room]))
+    return out
+
+
+def _fold(
+    entries: Sequence[ModelHistogram], keep: Mapping[str, frozenset[str]]
+) -> tuple[ModelHistogram, ...]:
+    grouped: dict[tuple[str, str], list[HistogramValue]] = {}
+    for entry in entries:
+        model = entry.model if entry.model in keep.get(entry.provider, frozenset()) else OTHER
+        grouped.setdefault((entry.provider, model), []).append(entry.histogram)
+    out = []
+    for (provider, model), values in sorted(grouped.items()):
+        merged = _histogram_sum(values)
+        assert merged is not None
+        out.append(ModelHistogram(provider=provider, model=model, histogram=merged))
+    return tuple(out)
+
+
+def fold_models(value: StatisticsValue, kept: KeptModels) -> StatisticsValue:
+    """``value`` with every model label not in ``kept`` counted under `OTHER`."""
+    keep = {provider: frozenset(models) for provider, models in kept.items()}
+    return msgspec.structs.replace(
+        value,
+        time_to_first_chunk=_fold(value.time_to_first_chunk, keep),
+        call_duration=_fold(value.call_duration, keep),
     )
 
 

@@ -32,6 +32,10 @@ address probes it every 50 ms (websocket, ``hello``, one ``list-models``).
 sends ``list-models`` and ``discover-models`` frames from 8 connections,
 16 in flight each, against an upstream that counts its ``GET /models``.
 
+The gateway's own cases follow (``_scrape_flood``): ``/metrics`` at the label
+bound scraped by one polite scraper (the floor) and by 16 at once, with a
+websocket client's ping round trips beside the stall.
+
     python bench/bench_hostile.py [--quick] [--only CASE ...]
 """
 
@@ -51,6 +55,7 @@ from typing import Any
 
 import trio
 from _common import environment, percentiles, rss_kib, table, write_json
+from _scrape_flood import SCRAPE_CASES, run_scrape_case
 
 import llmrt
 from llmrt import Finish, FinishError, FinishStop
@@ -413,6 +418,7 @@ async def measure(
     cases: list[tuple[str, str, dict[str, Any], int]],
     gateway_cases: list[tuple[str, str]],
     gateway_sizes: dict[str, Any],
+    scrape_cases: list[tuple[str, int, float, bool]] = SCRAPE_CASES,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     async with llmrt.open_runtime(stream_idle_timeout=IDLE_TIMEOUT) as rt:
@@ -420,6 +426,8 @@ async def measure(
             results[label] = await run_case(rt, label, name, options, prompt)
     if gateway_cases:
         results.update(await measure_gateway(gateway_cases, gateway_sizes))
+    for label, scrapers, pause, cached in scrape_cases:
+        results[label] = await run_scrape_case(heartbeat, REPEATS, scrapers, pause, cached)
     return results
 
 
@@ -442,6 +450,9 @@ def main() -> int:
         if gateway_cases:
             gateway_cases = [GATEWAY_CASES[0], *(c for c in gateway_cases if c != GATEWAY_CASES[0])]
     gateway_sizes = QUICK_GATEWAY_SIZES if args.quick else GATEWAY_SIZES
+    scrape_cases = SCRAPE_CASES
+    if args.only:
+        scrape_cases = [c for c in SCRAPE_CASES if c[0] in args.only or c[1] == 1]
     report: dict[str, Any] = {
         "benchmark": "hostile",
         "command": "python bench/bench_hostile.py" + (" --quick" if args.quick else ""),
@@ -452,7 +463,7 @@ def main() -> int:
         "idle_timeout_s": IDLE_TIMEOUT,
     }
     report["gateway_files"] = GATEWAY_FILES
-    results = trio.run(measure, cases, gateway_cases, gateway_sizes)
+    results = trio.run(measure, cases, gateway_cases, gateway_sizes, scrape_cases)
     report["results"] = results
     rows = []
     for label, r in results.items():

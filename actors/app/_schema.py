@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
@@ -82,6 +82,8 @@ class GatewayTable(_Table, frozen=True):
     metadata_per_peer_burst: _Positive | None = None
     #: Seconds a model list is answered from the gateway's cache (0: not cached).
     model_list_ttl: _NonNegativeFloat | None = None
+    #: Who may read ``/metrics``: anyone (``"open"``) or holders of the gateway token.
+    metrics_auth: Literal["open", "token"] | None = None
 
 
 @functools.cache

@@ -90,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
         "Adds to [gateway].allow_origin of llmrt.toml.",
     )
     serve.add_argument(
+        "--metrics-auth",
+        choices=("open", "token"),
+        default=None,
+        help="who may read /metrics: anyone who reaches the port (open, the default) or "
+        "holders of the gateway token as a bearer header (token). Wins over "
+        "[gateway].metrics_auth of llmrt.toml.",
+    )
+    serve.add_argument(
         "--idle-timeout",
         type=float,
         default=None,
@@ -316,6 +324,7 @@ class ServeOptions(TypedDict):
     token: str | None
     allow_origin: tuple[str, ...]
     limits: Limits
+    metrics_auth: str
 
 
 def serve_options(
@@ -323,11 +332,16 @@ def serve_options(
 ) -> ServeOptions:
     """What `serve_gateway` is given besides the address: the one place for it, so
     that the single process and every worker (which re-reads the same command
-    line) serve alike."""
+    line) serve alike. Raises `ValueError` for options that do not fit together."""
+    token = environ.get(args.token_env) or None
+    metrics_auth = args.metrics_auth or config.gateway.metrics_auth or "open"
+    if metrics_auth == "token" and token is None:
+        raise ValueError(f'metrics_auth = "token" needs a gateway token: set ${args.token_env}')
     return ServeOptions(
-        token=environ.get(args.token_env) or None,
+        token=token,
         allow_origin=(*config.gateway.allow_origin, *args.allow_origin),
         limits=_gateway_limits(args, config.gateway),
+        metrics_auth=metrics_auth,
     )
 
 

@@ -60,6 +60,7 @@ from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
+from ..gateway._counters import payload_bytes
 from ..gateway._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
@@ -98,8 +99,17 @@ log = logging.getLogger("llmrt.client")
 _YIELD_EVERY = 64
 #: Bound on sending the abort of a call whose consumer left early.
 _ABORT_TIMEOUT = 2.0
-#: Bound on one frame the gateway sends in ``part`` frames (a very large block-end).
+#: Bound on the frames the gateway sends in ``part`` frames (a very large block-end):
+#: the UTF-8 bytes of the ``id`` and ``data`` of every part held, over all frames
+#: partly received at once, and how many frames may be partly received at once.
+#: Counting bytes, not characters, and the ids too: a peer's 1 MiB ids with
+#: empty data, or four-byte characters, no longer pass a bound that means memory.
 MAX_ASSEMBLED_BYTES = 256 << 20
+MAX_PARTIAL_FRAMES = 16
+
+
+class _PartsOverflow(Exception):
+    """The gateway's parts went past `MAX_ASSEMBLED_BYTES` or `MAX_PARTIAL_FRAMES`."""
 
 
 def _error_finish(code: str, message: str) -> Finish:
@@ -258,6 +268,14 @@ class _Waiter:
 
 
 @attrs.define(eq=False)
+class _Partial:
+    """One frame partly received in ``part`` frames: its slices, and the bytes they hold."""
+
+    size: int
+    data: list[str | bytes] = attrs.field(factory=list)
+
+
+@attrs.define(eq=False)
 class GatewayClient:
     """A connection to a gateway, made by `open_gateway_client`."""
 
@@ -272,7 +290,7 @@ class GatewayClient:
     _waiters: dict[str, _Waiter] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     #: Parts of frames too large for one message, by id, and their total size.
-    _parts: dict[str | None, list[str | bytes]] = attrs.field(factory=dict, init=False)
+    _parts: dict[str | None, _Partial] = attrs.field(factory=dict, init=False)
     _parts_bytes: int = attrs.field(default=0, init=False)
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
@@ -439,6 +457,7 @@ class GatewayClient:
 
     async def _read(self) -> None:
         reason = "the gateway connection closed"
+        failure: LlmFailure | None = None
         try:
             while True:
                 try:
@@ -459,10 +478,25 @@ class GatewayClient:
                     # Unknown frame types are ignored (newer servers may add some).
                     log.debug("ignoring a frame: %s", exc)
                     continue
+                except _PartsOverflow as exc:
+                    # Dropping the parts would leave their call waiting forever:
+                    # the connection ends instead, every request with this failure.
+                    failure = LlmFailure(message=str(exc), code=ErrorCode.PROTOCOL)
+                    self._closed = True
+                    self._parts.clear()
+                    self._parts_bytes = 0
+                    # 1009: the message (here, the frame in parts) is too big. Closed
+                    # before the calls end, so the close frame is out before their
+                    # consumers can leave (and cancel this reader). Bounded: a peer
+                    # that never answers the close loses its TCP stream.
+                    with trio.move_on_after(_CLOSE_TIMEOUT):
+                        await self._ws.aclose(1009, "a frame in parts is too large")
+                    return
                 await self._route(frame)
         finally:
             self._closed = True
-            failure = _network(reason)
+            if failure is None:
+                failure = _network(reason)
             for call in self._calls.values():
                 call._end(Finish(reason=FinishError(failure=failure)))
             self._calls.clear()
@@ -507,23 +541,35 @@ class GatewayClient:
     def _assemble(self, part: PartFrame | BinaryPartFrame) -> str | bytes | None:
         """Add a ``part`` to its frame; the whole frame once its last part is in.
 
-        Raises `DecodeError` when the parts of one frame exceed `MAX_ASSEMBLED_BYTES`
-        (they are dropped).
+        Raises `_PartsOverflow` when the parts held would exceed `MAX_ASSEMBLED_BYTES`
+        (UTF-8 bytes of ids and data) or `MAX_PARTIAL_FRAMES` frames.
         """
-        parts = self._parts.setdefault(part.id, [])
-        parts.append(part.data)
-        self._parts_bytes += len(part.data)
+        held = self._parts.get(part.id)
+        size = payload_bytes(part.data)
+        if held is None:
+            if not part.more:
+                return part.data  # a frame in one part: nothing is held
+            if len(self._parts) >= MAX_PARTIAL_FRAMES:
+                raise _PartsOverflow(
+                    f"the gateway sent parts of more than {MAX_PARTIAL_FRAMES} frames at once"
+                )
+            # The id is held once per frame, as the buffer's key.
+            held = self._parts[part.id] = _Partial(size=payload_bytes(part.id or ""))
+            self._parts_bytes += held.size
+        self._parts_bytes += size
         if self._parts_bytes > MAX_ASSEMBLED_BYTES:
-            self._parts.clear()
-            self._parts_bytes = 0
-            raise DecodeError(f"a frame in parts exceeds {MAX_ASSEMBLED_BYTES} bytes")
+            raise _PartsOverflow(
+                f"the gateway sent frames in parts above {MAX_ASSEMBLED_BYTES} bytes"
+            )
+        held.size += size
+        held.data.append(part.data)
         if part.more:
             return None
         del self._parts[part.id]
-        self._parts_bytes -= sum(len(p) for p in parts)
+        self._parts_bytes -= held.size
         if isinstance(part.data, bytes):
-            return b"".join(parts)  # type: ignore[arg-type]
-        return "".join(parts)  # type: ignore[arg-type]
+            return b"".join(held.data)  # type: ignore[arg-type]
+        return "".join(held.data)  # type: ignore[arg-type]
 
     def _on_error(self, frame: ErrorFrame) -> None:
         if frame.id is None or not ends_request(frame.code):

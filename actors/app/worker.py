@@ -73,7 +73,7 @@ async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
             args.host,
             spec.port,
             reuse_port=True,
-            metrics_combine=shared.combine,
+            metrics_render=shared.render,
             **serve_options(args, config, environ),
         )
         server = await nursery.start(serve)

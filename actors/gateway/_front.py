@@ -17,7 +17,8 @@ to make room for others gets a 503 instead, see `early_answer`). Then:
   ``GET /healthz``          200: the process serves
   ``GET /readyz``           200 while accepting calls, 503 while draining or
                             shutting down
-  ``GET /metrics``          Prometheus text exposition
+  ``GET /metrics``          Prometheus text exposition (401 without the
+                            gateway token when ``metrics_auth = "token"``)
   anything else             404; another method on a known route: 405
   ========================  =================================================
 
@@ -55,10 +56,13 @@ import trio
 
 from ._admission import Admission, Ticket
 from ._counters import GatewayCounters, RefusalCause
+from ._protocol import bearer_from_headers, token_matches
 
 __all__ = [
     "MAX_HEAD_BYTES",
+    "METRICS_AUTH",
     "Answer",
+    "check_metrics_auth",
     "FrontDoor",
     "ReplayStream",
     "chosen_gateway",
@@ -92,6 +96,16 @@ _TEXT: Final = b"text/plain; charset=utf-8"
 _HTML: Final = b"text/html; charset=utf-8"
 #: Routes a scrape or probe may name; anything else is counted as ``other``.
 ROUTES: Final = ("/", "/healthz", "/readyz", "/metrics")
+#: Who may read ``/metrics``: anyone who reaches the port, or holders of the token.
+METRICS_AUTH: Final = ("open", "token")
+
+
+def check_metrics_auth(value: str, *, token: bool) -> None:
+    """Raise `ValueError` unless ``value`` is a `METRICS_AUTH` the gateway can honour."""
+    if value not in METRICS_AUTH:
+        raise ValueError(f"metrics_auth must be one of {', '.join(METRICS_AUTH)}, got {value!r}")
+    if value == "token" and not token:
+        raise ValueError('metrics_auth = "token" needs a gateway token to check')
 
 
 @attrs.frozen
@@ -106,6 +120,7 @@ class Answer:
 _REASONS: Final = {
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
     426: b"Upgrade Required",
@@ -261,13 +276,15 @@ class FrontDoor:
     ``ready`` says whether the gateway accepts calls (the one readiness
     decision lives with the gateway state); ``metrics`` renders the
     Prometheus exposition and its content type; ``page`` is the playground
-    (None: ``GET /`` is 404).
+    (None: ``GET /`` is 404); ``metrics_token``, when set, is the bearer
+    token ``/metrics`` asks for (``metrics_auth = "token"``).
     """
 
     ready: Callable[[], bool]
     metrics: Callable[[], Awaitable[tuple[bytes, str]]]
     page: bytes | None
     counters: GatewayCounters
+    metrics_token: bytes | None = attrs.field(default=None, repr=False)
     _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
     _page_hashes: tuple[str, str] = attrs.field(init=False)
 
@@ -312,6 +329,14 @@ class FrontDoor:
                     return _text(200, "ready\n")
                 return _text(503, "draining\n")
             case _:  # "/metrics"
+                if self.metrics_token is not None and not token_matches(
+                    self.metrics_token, bearer_from_headers(headers)
+                ):
+                    # Checked before anything is rendered: a refused scraper costs nothing.
+                    self.counters.refused(RefusalCause.AUTH)
+                    return _text(
+                        401, "a valid bearer token is required\n", (b"WWW-Authenticate", b"Bearer")
+                    )
                 body, content_type = await self.metrics()
                 headers = (
                     (b"Content-Type", content_type.encode()),
@@ -454,18 +479,30 @@ async def read_request_head(
             raise _Closed
 
 
-def _encode(conn: h11.Connection, answer: Answer, head_only: bool) -> bytes:
+#: Bodies at least this large are sent as they are, not copied behind the head.
+_PASS_THROUGH_BYTES: Final = 64 * 1024
+
+
+def _encode(conn: h11.Connection, answer: Answer, head_only: bool) -> list[bytes]:
+    """The bytes of ``answer``, as few pieces as need no copy of a large body.
+
+    A ``/metrics`` answer is a cached 1.6 MB body at the label bound:
+    joining it to its head would copy it on the event loop for every scrape.
+    """
     headers = [
         *answer.headers,
         (b"Content-Length", str(len(answer.body)).encode()),
         (b"Connection", b"close"),
     ]
     reason = _REASONS.get(answer.status, b"")
-    out = conn.send(h11.Response(status_code=answer.status, headers=headers, reason=reason)) or b""
+    pieces = [conn.send(h11.Response(status_code=answer.status, headers=headers, reason=reason))]
     if not head_only and answer.body:
-        out += conn.send(h11.Data(data=answer.body)) or b""
-    out += conn.send(h11.EndOfMessage()) or b""
-    return out
+        pieces.extend(conn.send_with_data_passthrough(h11.Data(data=answer.body)) or ())
+    pieces.append(conn.send(h11.EndOfMessage()))
+    small = [p for p in pieces if p is not None]
+    if len(answer.body) < _PASS_THROUGH_BYTES:
+        return [b"".join(small)]
+    return small
 
 
 async def _linger(stream: trio.SocketStream) -> None:
@@ -534,7 +571,8 @@ async def serve_stream(
                 else:
                     answer = await front.answer(request.method, request.target, request.headers)
             if answer is not None:
-                await stream.send_all(_encode(conn, answer, head_only))
+                for piece in _encode(conn, answer, head_only):
+                    await stream.send_all(piece)
                 answered = True
                 await _linger(stream)
         if ticket.shed is not None and not answered and not handed_over:

@@ -1,10 +1,17 @@
 """``GET /metrics``: the runtime's statistics and the gateway's counters, read at scrape time.
 
-Nothing here runs on the call path. A custom prometheus-client collector
-turns `LlmRuntime.statistics()` and the gateway's own counters into metric
-families when Prometheus scrapes; each gateway has its own
-`CollectorRegistry` (no process-wide registry), and prometheus-client writes
-the exposition format, in a worker thread. ``docs/operations.md`` lists every metric.
+Nothing here runs on the call path. `LlmRuntime.statistics()` and the
+gateway's own counters become prometheus-client metric families when
+Prometheus scrapes (nothing is registered process-wide), and `_exposition`
+writes them in the text format prometheus-client writes, in a worker
+thread. ``docs/operations.md`` lists every metric.
+
+A process renders at most once per `CACHE_SECONDS` however many scrapers
+ask: scrapes that arrive while a render runs share it (single flight), and
+later ones within the period get the same text. Writing the text holds the
+interpreter lock for as long as it takes (a few tens of milliseconds at the
+label bound); sixteen scrapers polling in parallel used to pay it sixteen
+times over, starving the streams of the process.
 
 Label values are bounded: providers and models as the statistics bound them
 (`llmrt.actors._stats.OTHER`), finish reasons by the closed set of finish
@@ -14,62 +21,66 @@ refusal causes by `RefusalCause`.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import CollectorRegistry
 
 from llmrt import ErrorCode
 
 from .._stats import OTHER, HistogramSnapshot, RuntimeStatistics
+from ._exposition import (
+    ModelHistograms,
+    Pace,
+    Pacer,
+    bucket_list,
+    le_label,
+    no_pace,
+    write_exposition,
+)
 from ._protocol import GatewayErrorCode
 from ._snapshot import GatewayValue
 
 if TYPE_CHECKING:
     from ._connection import GatewayState
 
-__all__ = ["GatewayMetrics", "ATTEMPT_BUCKETS", "Combine", "Figures", "metric_families"]
+__all__ = [
+    "ATTEMPT_BUCKETS",
+    "CACHE_SECONDS",
+    "Figures",
+    "GatewayMetrics",
+    "Render",
+    "metric_families",
+    "write_exposition",
+]
 
 _KNOWN_CODES = frozenset(str(code) for code in (*ErrorCode, *GatewayErrorCode))
 #: Bucket bounds of the retried calls' attempt counts.
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 10)
+#: How long one rendered ``/metrics`` answer serves later scrapes (trio's clock).
+CACHE_SECONDS = 1.0
 
 
 def _code(code: str) -> str:
     return code if not code or code in _KNOWN_CODES else OTHER
 
 
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
-
-
-def _buckets(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
-    """prometheus-client's bucket list: cumulative counts by upper bound."""
-    out: list[tuple[str, float]] = []
-    running = 0
-    for bound, count in zip(snapshot.bounds, snapshot.counts, strict=True):
-        running += count
-        out.append((_le(bound), running))
-    return out
-
-
 def _histograms(
     name: str, doc: str, series: Mapping[tuple[str, str], HistogramSnapshot]
-) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=["provider", "model"], unit="seconds")
-    for (provider, model), snapshot in sorted(series.items()):
-        family.add_metric([provider, model], _buckets(snapshot), snapshot.sum)
-    return family
+) -> ModelHistograms:
+    return ModelHistograms(
+        name, doc, [(provider, model, snap) for (provider, model), snap in sorted(series.items())]
+    )
 
 
 def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
@@ -125,7 +136,7 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     yield HistogramMetricFamily(
         "llmrt_abort_to_finish_seconds",
         "Abort to the aborted finish handed to the consumer.",
-        buckets=_buckets(abort),
+        buckets=bucket_list(abort),
         sum_value=abort.sum,
         unit="seconds",
     )
@@ -142,7 +153,8 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
     yield retries
     attempts = sorted(stats.attempts_per_call.items())
     cumulative = [
-        (_le(bound), float(sum(n for a, n in attempts if a <= bound))) for bound in ATTEMPT_BUCKETS
+        (le_label(bound), float(sum(n for a, n in attempts if a <= bound)))
+        for bound in ATTEMPT_BUCKETS
     ]
     cumulative.append(("+Inf", float(sum(n for _, n in attempts))))
     yield HistogramMetricFamily(
@@ -230,10 +242,14 @@ class Figures:
     version: str
     runtime: RuntimeStatistics
     gateway: GatewayValue
+    #: When they were read (trio's clock): later figures of one gateway are never smaller.
+    taken: float = 0.0
 
     @classmethod
     def read(cls, state: GatewayState) -> Figures:
-        return cls(state.version, state.runtime.statistics(), state.statistics())
+        return cls(
+            state.version, state.runtime.statistics(), state.statistics(), trio.current_time()
+        )
 
 
 def metric_families(figures: Figures) -> list[Metric]:
@@ -243,65 +259,83 @@ def metric_families(figures: Figures) -> list[Metric]:
     return [info, *_runtime_families(figures.runtime), *_gateway_families(figures.gateway)]
 
 
-#: Turns this gateway's figures into every family a scrape exports, e.g. summed
-#: with other worker processes' (``llmrt.actors._workers``). Runs in the
-#: scrape's worker thread, so it may read files.
-Combine = Callable[[Figures], Sequence[Metric]]
+#: Writes the whole ``/metrics`` answer from this gateway's figures, e.g. summed
+#: with other worker processes' (``llmrt.actors._worker_figures``). Runs in the
+#: scrape's worker thread, so it may read files. A gateway with such a writer
+#: caches nothing itself beyond sharing one run among the scrapes that asked
+#: during it: the writer keeps its own cache (one shared by the processes).
+Render = Callable[[Figures], bytes]
+
+
+def _own_exposition(figures: Figures, pace: Pace = no_pace) -> bytes:
+    return write_exposition(metric_families(figures), pace)
+
+
+def _paced_exposition(figures: Figures) -> bytes:
+    return _own_exposition(figures, Pacer())
 
 
 @attrs.define(eq=False)
-class _Collector:
-    """Exports the figures of the scrape in progress (`GatewayMetrics` sets them)."""
+class _Flight:
+    """One render in progress; the scrapes that arrive meanwhile wait for its body."""
 
-    combine: Combine | None = None
-    figures: Figures | None = None
-
-    def collect(self) -> Iterable[Metric]:
-        if self.figures is None:
-            return []
-        if self.combine is not None:
-            return self.combine(self.figures)
-        return metric_families(self.figures)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    body: bytes | None = None
 
 
 @attrs.define(eq=False)
 class GatewayMetrics:
-    """One gateway's metrics registry; `render` is the ``/metrics`` answer.
+    """One gateway's ``/metrics``; `render` is the answer.
 
     The figures are read in the trio thread (a snapshot: cheap), the text is
     written in a worker thread: formatting thousands of samples takes
     milliseconds, which would otherwise stall every stream of the process.
-    Scrapes take turns.
+    One render at a time, shared by every scrape that asks while it runs;
+    its text serves the scrapes of the next `cache_seconds` too.
     """
 
     state: GatewayState
-    #: None: this gateway's own figures; else see `Combine`.
-    combine: Combine | None = None
-    registry: CollectorRegistry = attrs.field(init=False)
-    _collector: _Collector = attrs.field(factory=_Collector, init=False)
-    _turn: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    #: None: this gateway's own figures; else see `Render`.
+    write: Render | None = None
+    #: How long a rendered answer is served again (default `CACHE_SECONDS`, and
+    #: 0 with a `Render` of its own).
+    cache_seconds: float | None = None
+    _ttl: float = attrs.field(default=0.0, init=False)
+    _cached: bytes | None = attrs.field(default=None, init=False)
+    _cached_at: float = attrs.field(default=-math.inf, init=False)
+    _flight: _Flight | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._collector.combine = self.combine
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self._collector)
+        if self.cache_seconds is not None:
+            self._ttl = self.cache_seconds
+        else:
+            self._ttl = CACHE_SECONDS if self.write is None else 0.0
 
     async def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type. A checkpoint."""
-        async with self._turn:
-            self._collector.figures = Figures.read(self.state)
-            try:
-                body = await trio.to_thread.run_sync(generate_latest, self.registry)
-            finally:
-                self._collector.figures = None
+        now = trio.current_time()
+        if self._cached is not None and now - self._cached_at < self._ttl:
+            await trio.lowlevel.checkpoint()
+            return self._cached, CONTENT_TYPE_LATEST
+        flight = self._flight
+        if flight is not None:
+            await flight.done.wait()
+            if flight.body is None:
+                raise RuntimeError("rendering /metrics failed")
+            return flight.body, CONTENT_TYPE_LATEST
+        flight = self._flight = _Flight()
+        try:
+            figures = Figures.read(self.state)
+            write = self.write or _paced_exposition
+            # Not cancellable: the scrapes sharing this render wait for its text.
+            body = await trio.to_thread.run_sync(write, figures)
+            flight.body = self._cached = body
+            self._cached_at = figures.taken
+        finally:
+            self._flight = None
+            flight.done.set()
         return body, CONTENT_TYPE_LATEST
 
     def render_now(self) -> bytes:
-        """The exposition text, written in this thread (tests, benchmarks)."""
-        if self._turn.locked():
-            raise RuntimeError("a scrape is in progress")
-        self._collector.figures = Figures.read(self.state)
-        try:
-            return generate_latest(self.registry)
-        finally:
-            self._collector.figures = None
+        """The exposition text, written now in this thread, uncached (tests, benchmarks)."""
+        return (self.write or _own_exposition)(Figures.read(self.state))

@@ -58,13 +58,14 @@ from ._counters import RefusalCause
 from ._front import (
     FrontDoor,
     ReplayStream,
+    check_metrics_auth,
     early_answer,
     peer_address,
     send_early_answer,
     serve_stream,
 )
 from ._listen import open_reuseport_listeners, serve_accepting
-from ._metrics import Combine, Figures, GatewayMetrics
+from ._metrics import Figures, GatewayMetrics, Render
 from ._origin import LogThrottle, OriginPolicy, Refusal
 from ._protocol import (
     FRAME_BYTES_HEADER,
@@ -454,7 +455,8 @@ async def serve_gateway(
     listeners: Sequence[trio.SocketListener] | None = None,
     allow_origin: Sequence[str] = (),
     reuse_port: bool = False,
-    metrics_combine: Combine | None = None,
+    metrics_render: Render | None = None,
+    metrics_auth: str = "open",
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -476,8 +478,11 @@ async def serve_gateway(
     ``reuse_port``: bind with ``SO_REUSEPORT``, so that other processes may
     serve the same port (``llmrt serve --workers``; see ``_listen``).
 
-    ``metrics_combine``: what ``/metrics`` exports instead of this gateway's
-    own figures (the workers' sum; see `Combine`).
+    ``metrics_render``: what writes ``/metrics`` instead of this gateway's
+    own figures (the workers' sum; see `Render`).
+    ``metrics_auth``: ``"open"`` (``/metrics`` answers anyone who reaches the
+    port) or ``"token"`` (it asks for the gateway token as an
+    ``Authorization: Bearer`` header, 401 otherwise; needs ``token``).
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -486,10 +491,12 @@ async def serve_gateway(
 
     Raises `ValueError` before binding when the address is not a loopback
     address and no token is given, when ``token`` is empty or holds
-    whitespace, or when an ``allow_origin`` entry is not an origin (or is
-    ``*`` without a token); `OSError` when binding fails.
+    whitespace, when an ``allow_origin`` entry is not an origin (or is
+    ``*`` without a token), or when ``metrics_auth`` is not ``"open"`` or
+    ``"token"`` (or is ``"token"`` without a token); `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
+    check_metrics_auth(metrics_auth, token=token is not None)
     if token is not None and (not token or any(c.isspace() for c in token)):
         raise ValueError("the gateway token must be non-empty and hold no whitespace")
     if listeners is not None:
@@ -513,12 +520,13 @@ async def serve_gateway(
         token=token.encode() if token is not None else None,
         policy=policy,
     )
-    metrics = GatewayMetrics(state, combine=metrics_combine)
+    metrics = GatewayMetrics(state, write=metrics_render)
     front = FrontDoor(
         ready=lambda: state.ready,
         metrics=metrics.render,
         page=_load_playground(),
         counters=state.counters,
+        metrics_token=state.token if metrics_auth == "token" else None,
     )
     conns_done = trio.Event()
     listener = trio.CancelScope()
