@@ -10,6 +10,7 @@ started keeps the group it started with); `dispose` withdraws it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
@@ -71,6 +72,7 @@ class GroupsHandle:
     _routes: Callable[[], Collection[str]]
     _strategies: Mapping[str, Strategy]
     _shared: SharedState | None
+    _rng: random.Random
     _scope: trio.CancelScope | None = None
     _disposed: bool = attrs.field(default=False, init=False)
 
@@ -94,7 +96,7 @@ class GroupsHandle:
         return checked
 
     def _commit(self, groups: Sequence[Group]) -> None:
-        self._router.commit(self, self._check(groups), self._strategies, self._shared)
+        self._router.commit(self, self._check(groups), self._strategies, self._shared, self._rng)
 
     async def replace(self, groups: Sequence[Group]) -> None:
         """Replace the whole set, all or nothing; state of kept deployments is kept.
@@ -140,7 +142,8 @@ async def register_groups(
         path, reason = problem
         raise LlmError(ErrorCode.INVALID_PROVIDER, f"{_format(path)}: {reason}")
     shared = SharedState(settings) if settings.redis is not None else None
-    handle = GroupsHandle(router, routes, _strategies(strategies), shared)
+    rng = random.Random(settings.seed)
+    handle = GroupsHandle(router, routes, _strategies(strategies), shared, rng)
     checked = handle._check(groups)  # before any task starts
     if shared is not None:
         scope = trio.CancelScope()

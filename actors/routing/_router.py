@@ -115,6 +115,8 @@ class GroupPlan:
     shared: SharedState | None
     turnstile: Turnstile
     counters: _GroupCounters
+    #: Draws the strategy's random choices (one generator per registered set).
+    rng: random.Random
 
 
 @attrs.define(eq=False, slots=True)
@@ -133,7 +135,6 @@ def _tiers(states: Sequence[DeploymentState]) -> tuple[tuple[DeploymentState, ..
 class Router:
     """Every registered group of one runtime (see the module docstring)."""
 
-    rng: random.Random = attrs.field(factory=random.Random)
     #: The published plans by group name: replaced whole, never mutated.
     plans: Mapping[str, GroupPlan] = attrs.field(factory=lambda: MappingProxyType({}))
     closing: bool = False
@@ -157,6 +158,7 @@ class Router:
         groups: Sequence[Group],
         strategies: Mapping[str, Strategy],
         shared: SharedState | None,
+        rng: random.Random,
     ) -> None:
         """Publish ``owner``'s groups (checked by the caller), replacing its previous set.
 
@@ -182,6 +184,7 @@ class Router:
                 shared=shared,
                 turnstile=self._turnstiles.setdefault(group.name, Turnstile()),
                 counters=self._counters.setdefault(group.name, _GroupCounters()),
+                rng=rng,
             )
         self._owners[owner] = tuple(group.name for group in groups)
         if shared is not None:
@@ -229,7 +232,7 @@ class Router:
         nothing is left to try).
         """
         earliest = math.inf
-        rng = self.rng
+        rng = plan.rng
         for tier in plan.tiers:
             available = []
             for state in tier:
@@ -252,7 +255,7 @@ class Router:
         for tier in plan.tiers:
             left = [state for state in tier if state.spec.id not in tried]
             while left:
-                pick = plan.strategy.choose(left, self.rng) if len(left) > 1 else 0
+                pick = plan.strategy.choose(left, plan.rng) if len(left) > 1 else 0
                 out.append(left.pop(pick))
         return out
 

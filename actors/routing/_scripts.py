@@ -12,9 +12,9 @@ Redis's own (``TIME``), so processes on machines with different clocks agree.
 
 Keys of one group share a cluster hash slot (``{prefix:group}``). Counters
 are buckets of a hash as in `_window.py`: a bucket counts while any of it
-lies within the window. In-flight counts are a sorted set of leases, so a
-process that dies without releasing costs its calls' leases until they
-expire, not forever.
+lies within the window (the current one and the ten before it). In-flight
+counts are a sorted set of leases, so a process that dies without releasing
+costs its calls' leases until they expire, not forever.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ local function window(key, width, need, limit)
   local kept = {{}}
   for j = 1, #h, 2 do
     local b = tonumber(h[j])
-    if b <= cur - NB then
+    if b < cur - NB then
       redis.call('HDEL', key, h[j])
     else
       local c = tonumber(h[j + 1])
@@ -64,7 +64,7 @@ local function window(key, width, need, limit)
       for _, bc in ipairs(kept) do
         excess = excess - bc[2]
         if excess <= 0 then
-          relief = math.ceil((bc[1] + NB) * width)
+          relief = math.ceil((bc[1] + NB + 1) * width)
           break
         end
       end
@@ -156,7 +156,7 @@ local fail_width = tonumber(ARGV[8])
 local cooldown = tonumber(ARGV[9])
 local max_cooldown = tonumber(ARGV[10])
 redis.call('ZREM', KEYS[5], token)
-if correction ~= 0 and bucket > math.floor(now / width) - NB then
+if correction ~= 0 and bucket >= math.floor(now / width) - NB then
   local v = redis.call('HINCRBY', KEYS[4], bucket, correction)
   if v < 0 then redis.call('HSET', KEYS[4], bucket, 0) end
 end

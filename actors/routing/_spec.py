@@ -149,6 +149,8 @@ class RoutingSettings(_Value, frozen=True):
     in_flight_lease: _Seconds = 600.0
     #: How often a waiting call asks Redis again (other processes free capacity silently).
     redis_poll: _Seconds = 0.25
+    #: Seeds the random choices (``weighted``, ``lowest-latency`` exploration): a replayable run.
+    seed: int | None = None
 
 
 def _finite(value: float | None) -> bool:
