@@ -1,20 +1,35 @@
 """Shared fixtures and helpers for the actor-core tests.
 
-Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`).
+Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`),
+``redis_server`` (a real redis-server for the session, see ``_redis.py``).
 Helpers (plain functions, ``from conftest import ...``): `make_options`,
 `collect`, `finish_reason`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 
 import llmrt
+from _redis import RedisServer
 from llmrt import Finish, FinishReason, GenerateOptions, StreamChunk, user_message
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, shared by the session's routing tests.
+
+    Tests that stop or restart Redis start their own (`RedisServer().start()`).
+    """
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
