@@ -13,9 +13,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from _redis import RedisServer
 
 import llmrt
-from _redis import RedisServer
 from llmrt import Finish, FinishReason, GenerateOptions, StreamChunk, user_message
 
 

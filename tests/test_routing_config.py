@@ -6,14 +6,13 @@ import io
 from pathlib import Path
 
 import pytest
+from _routing import ask, finish_of, served_by
 
 import llmrt
 from llmrt import FinishStop
 from llmrt.actors.app.cli import main
 from llmrt.actors.app.config import ConfigError, describe, load_config, register_config
 from llmrt.actors.routing import Deployment, GroupsHandle
-
-from _routing import ask, finish_of, served_by
 
 ROUTES = """\
 [[provider]]

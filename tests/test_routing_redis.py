@@ -17,6 +17,9 @@ from typing import Any
 import coredis
 import pytest
 import trio
+from _redis import RedisServer
+from _routing import ask, finish_of, served_by
+from _settle import wait_until
 
 import llmrt
 from llmrt import ErrorCode, FinishError, FinishStop, LlmError
@@ -25,10 +28,6 @@ from llmrt.actors.routing._redis import SharedState
 from llmrt.actors.routing._spec import RoutingSettings as Settings
 from llmrt.actors.routing._state import DeploymentState
 from llmrt.adapters.scripted import Delay, Raise, ScriptedAdapter, Stall, text_script
-
-from _redis import RedisServer
-from _routing import ask, finish_of, served_by
-from _settle import wait_until
 
 BOUND = 30
 #: The commands the routing scripts run inside Redis.
