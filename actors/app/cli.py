@@ -47,6 +47,7 @@ from llmrt.adapters.plugin import ModelSpec
 
 from .._abort import AbortController
 from . import config as configuration
+from . import routes as routes_command
 from ._collector import collector_line, tune_for_serving
 from .plugins import PLUGIN_ERROR
 
@@ -219,6 +220,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="the raw snapshot as JSON")
     _connect_timeout_option(stats)
+
+    routes_command.configure(add("routes", routes_command.HELP), DEFAULT_TOKEN_ENV)
+    _connect_timeout_option(commands.choices["routes"])
     return parser
 
 
@@ -975,6 +979,13 @@ def main(
                 return trio.run(_providers, args, config, out, env)
             if args.command == "stats":
                 return trio.run(_stats, args, config, out, env)
+            if args.command == "routes":
+                run = functools.partial(
+                    routes_command.run,
+                    connect=lambda: _gateway(args, env),
+                    runtime=_configured_runtime,
+                )
+                return trio.run(run, args, config, out)
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
             # Nurseries wrap what went wrong; report the one cause plainly.
