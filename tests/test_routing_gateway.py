@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 import trio
+from _routing import request
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import open_websocket_url
 
@@ -21,8 +22,6 @@ from llmrt.actors.gateway import GatewayServer, serve_gateway
 from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
 from llmrt.actors.routing import Deployment, Group
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, text_script
-
-from _routing import request
 
 BOUND = 20
 
