@@ -10,6 +10,7 @@ started keeps the group it started with); `dispose` withdraws it.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 
@@ -141,6 +142,11 @@ async def register_groups(
     if problem is not None:
         path, reason = problem
         raise LlmError(ErrorCode.INVALID_PROVIDER, f"{_format(path)}: {reason}")
+    if settings.redis is not None and importlib.util.find_spec("coredis") is None:
+        raise LlmError(
+            ErrorCode.INVALID_PROVIDER,
+            'routing.redis needs the Redis client: pip install "llmrt[redis]"',
+        )
     shared = SharedState(settings) if settings.redis is not None else None
     rng = random.Random(settings.seed)
     handle = GroupsHandle(router, routes, _strategies(strategies), shared, rng)
