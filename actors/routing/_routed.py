@@ -198,21 +198,43 @@ class RoutedCall:
     # ---- ``async with`` ----------------------------------------------------------------
 
     async def __aenter__(self) -> RoutedCall:
+        """Enter the call (a checkpoint); dispatch at once when a deployment has room now.
+
+        When the call must wait (budgets, cooldowns) or ask Redis, that
+        happens in the first ``__anext__``, so entering never waits on routing.
+        """
         try:
-            await trio.lowlevel.checkpoint()
-        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
+            now = trio.current_time()
+        except RuntimeError:  # not in a trio run (asyncio, or no loop at all)
             raise not_in_trio("rt.stream()") from None
         if self._entered:
             raise RuntimeError("this call was already streamed; ask rt.stream() for a new one")
         self._entered = True
-        self._plan.counters.calls += 1
-        self._groups.append(self._plan.spec.name)
+        plan = self._plan
+        plan.counters.calls += 1
+        self._groups.append(plan.spec.name)
         signal = self._signal
         if signal is not None:
             if signal.aborted:
                 self.abort(signal.reason)
             else:
                 self._signal_key = signal._subscribe(self.abort)
+        shared = plan.shared
+        if (
+            self._cause is None
+            and not plan.turnstile
+            and (shared is None or not shared.shared)
+            and not self._closing()
+        ):
+            tokens = 0
+            if plan.charges_tokens:
+                tokens = estimate_tokens(self.options, plan.spec.output_estimate)
+            got = self._router.acquire_local(plan, (), tokens, now)
+            if isinstance(got, Ticket):
+                self._ticket = got
+                await self._begin()  # its call's __aenter__ is this one's checkpoint
+                return self
+        await trio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -221,7 +243,12 @@ class RoutedCall:
             self._signal._unsubscribe(self._signal_key)
             self._signal_key = None
         self._ended = True
-        with trio.CancelScope(shield=True):
+        ticket = self._ticket
+        if ticket is not None and ticket.shared:
+            # Redis's half of the release is a round trip: it must not be cut short.
+            with trio.CancelScope(shield=True):
+                await self._close(self._outcome, self._delay)
+        else:
             await self._close(self._outcome, self._delay)
 
     def __aiter__(self) -> RoutedCall:
@@ -258,9 +285,14 @@ class RoutedCall:
                     return self._final(ended)
             call = self._call
             assert call is not None
-            with trio.move_on_at(self._deadline) as scope:
+            if self._deadline == math.inf:
                 chunk = await call.__anext__()
-            if scope.cancelled_caught:
+                missed = False
+            else:
+                with trio.move_on_at(self._deadline) as scope:
+                    chunk = await call.__anext__()
+                missed = scope.cancelled_caught
+            if missed:
                 timeout = self._plan.spec.first_chunk_timeout
                 message = f"no chunk within the group's first_chunk_timeout ({timeout:g} s)"
                 call.abort_with(ErrorCode.TIMEOUT, message)
@@ -378,7 +410,7 @@ class RoutedCall:
 
     def _untried(self) -> bool:
         tried = self._tried
-        return any(state.spec.id not in tried for state in self._plan.states)
+        return any(state.key not in tried for state in self._plan.states)
 
     def _rate_limited(self, delay: float | None, why: str) -> Finish:
         self._plan.counters.rate_limited += 1
@@ -404,7 +436,7 @@ class RoutedCall:
         plan = self._plan
         spec = plan.spec
         tokens = 0
-        if any(state.spec.tpm is not None for state in plan.states):
+        if plan.charges_tokens:
             tokens = estimate_tokens(self.options, spec.output_estimate)
         now = trio.current_time()
         bound = min(now + spec.max_wait, trio.current_effective_deadline())
@@ -424,7 +456,11 @@ class RoutedCall:
                 ):
                     if waiter is not None and waiter.woken.is_set():
                         waiter.woken = trio.Event()  # wake-ups during the try below are kept
-                    got = await router.acquire(plan, self._tried, tokens)
+                    shared = plan.shared
+                    if shared is not None and shared.shared:
+                        got = await router.acquire(plan, self._tried, tokens)
+                    else:
+                        got = router.acquire_local(plan, self._tried, tokens, trio.current_time())
                     if isinstance(got, Ticket):
                         self._ticket = got
                         break

@@ -117,6 +117,10 @@ class GroupPlan:
     counters: _GroupCounters
     #: Draws the strategy's random choices (one generator per registered set).
     rng: random.Random
+    #: Some deployment has a ``tpm`` limit: calls estimate their tokens.
+    charges_tokens: bool = False
+    #: The strategy takes the first available deployment (``ordered``): stop looking there.
+    first_available: bool = False
 
 
 @attrs.define(eq=False, slots=True)
@@ -185,6 +189,8 @@ class Router:
                 turnstile=self._turnstiles.setdefault(group.name, Turnstile()),
                 counters=self._counters.setdefault(group.name, _GroupCounters()),
                 rng=rng,
+                charges_tokens=any(spec.tpm is not None for spec in group.deployments),
+                first_available=group.strategy == "ordered" and group.strategy not in strategies,
             )
         self._owners[owner] = tuple(group.name for group in groups)
         if shared is not None:
@@ -232,19 +238,25 @@ class Router:
         nothing is left to try).
         """
         earliest = math.inf
-        rng = plan.rng
+        first = plan.first_available
         for tier in plan.tiers:
             available = []
             for state in tier:
-                if state.spec.id in tried:
+                if tried and state.key in tried:
                     continue
-                at = state.available_at(now, tokens)
+                # Inline for the common case (no limits, not cooling): this runs per call.
+                at = state.available_at(now, tokens) if state.limited else state.cool_until
                 if at <= now:
                     available.append(state)
+                    if first:
+                        break  # the strategy takes the first anyway
                 elif at < earliest:
                     earliest = at
             if available:
-                state = available[plan.strategy.choose(available, rng) if len(available) > 1 else 0]
+                if len(available) > 1:
+                    state = available[plan.strategy.choose(available, plan.rng)]
+                else:
+                    state = available[0]
                 bucket = state.reserve(now, tokens)
                 return Ticket(state, bucket, tokens, "", False)
         return earliest
@@ -253,7 +265,7 @@ class Router:
         """The untried deployments, tier by tier, each tier in the strategy's order."""
         out: list[DeploymentState] = []
         for tier in plan.tiers:
-            left = [state for state in tier if state.spec.id not in tried]
+            left = [state for state in tier if state.key not in tried]
             while left:
                 pick = plan.strategy.choose(left, plan.rng) if len(left) > 1 else 0
                 out.append(left.pop(pick))
@@ -295,14 +307,14 @@ class Router:
         """The local half of an attempt's end: counts, settlement, cooling; wakes a waiter."""
         state = ticket.state
         state.local_in_flight -= 1
-        now = trio.current_time()
-        if not ticket.shared:
-            state.settle(ticket.bucket, ticket.estimate, used)
+        if used is not None and used != ticket.estimate:
+            state.tpm_window.adjust(ticket.bucket, used - ticket.estimate)
         if outcome == FAILED:
-            state.failed(plan.spec, now, delay)
+            state.failed(plan.spec, trio.current_time(), delay)
         elif outcome == SUCCEEDED:
             state.cool_level = 0
-        plan.turnstile.kick()
+        if plan.turnstile:
+            plan.turnstile.kick()
 
     async def release(
         self,

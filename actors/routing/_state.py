@@ -51,11 +51,39 @@ class DeploymentState:
     shared_in_flight: int | None = None
     shared_rpm: int | None = None
     shared_tpm: int | None = None
+    #: The spec's fields, copied: the decision and the strategies read them on every call
+    #: (read-only: `adopt` sets them).
+    route: str = attrs.field(default="", init=False)
+    model: str = attrs.field(default="", init=False)
+    weight: float = attrs.field(default=1.0, init=False)
+    tier: int = attrs.field(default=1, init=False)
+    key: str = attrs.field(default="", init=False)
+    max_in_flight: int | None = attrs.field(default=None, init=False)
+    rpm: int | None = attrs.field(default=None, init=False)
+    tpm: int | None = attrs.field(default=None, init=False)
+    #: Whether any limit is set (no limits: only the cooldown is checked).
+    limited: bool = attrs.field(default=False, init=False)
     #: Counters for statistics.
     attempts: int = 0
     served: int = 0
     failovers: Counter[str] = attrs.field(factory=Counter)
     cooldowns: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self._copy(self.spec)
+
+    def _copy(self, spec: Deployment) -> None:
+        self.route = spec.route
+        self.model = spec.model
+        self.weight = spec.weight
+        self.tier = spec.tier
+        self.key = spec.id
+        self.max_in_flight = spec.max_in_flight
+        self.rpm = spec.rpm
+        self.tpm = spec.tpm
+        self.limited = (
+            spec.max_in_flight is not None or spec.rpm is not None or spec.tpm is not None
+        )
 
     @classmethod
     def new(cls, group: Group, spec: Deployment) -> DeploymentState:
@@ -70,6 +98,7 @@ class DeploymentState:
     def adopt(self, group: Group, spec: Deployment) -> None:
         """Take a replaced group's spec, keeping counts and cooldowns where the windows allow."""
         self.spec = spec
+        self._copy(spec)
         if self.rpm_window.length != group.window:
             self.rpm_window = Window(group.window)
             self.tpm_window = Window(group.window)
@@ -80,23 +109,7 @@ class DeploymentState:
 
     @property
     def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def route(self) -> str:
-        return self.spec.route
-
-    @property
-    def model(self) -> str:
-        return self.spec.model
-
-    @property
-    def weight(self) -> float:
-        return self.spec.weight
-
-    @property
-    def tier(self) -> int:
-        return self.spec.tier
+        return self.key
 
     @property
     def in_flight(self) -> int:
@@ -117,14 +130,15 @@ class DeploymentState:
     @property
     def headroom(self) -> float:
         """The smallest share of ``rpm``, ``tpm`` and ``max_in_flight`` left (1.0: no limits)."""
-        spec = self.spec
         room = 1.0
-        if spec.rpm is not None:
-            room = min(room, 1.0 - self.rpm_used / spec.rpm)
-        if spec.tpm is not None:
-            room = min(room, 1.0 - self.tpm_used / spec.tpm)
-        if spec.max_in_flight is not None:
-            room = min(room, 1.0 - self.in_flight / spec.max_in_flight)
+        if self.rpm is not None:
+            used = self.rpm_window.total if self.shared_rpm is None else self.shared_rpm
+            room = min(room, 1.0 - used / self.rpm)
+        if self.tpm is not None:
+            used = self.tpm_window.total if self.shared_tpm is None else self.shared_tpm
+            room = min(room, 1.0 - used / self.tpm)
+        if self.max_in_flight is not None:
+            room = min(room, 1.0 - self.in_flight / self.max_in_flight)
         return room
 
     # ---- the local store's rules -------------------------------------------------------
@@ -135,14 +149,21 @@ class DeploymentState:
         Infinity when only a release can make room (in flight at its limit),
         or never (a request larger than ``tpm`` by itself).
         """
-        at = self.cool_until if self.cool_until > now else now
-        spec = self.spec
-        if spec.max_in_flight is not None and self.local_in_flight >= spec.max_in_flight:
+        at = self.cool_until
+        if at < now:
+            at = now
+        if not self.limited:
+            return at
+        if self.max_in_flight is not None and self.local_in_flight >= self.max_in_flight:
             return math.inf
-        if spec.rpm is not None:
-            at = max(at, self.rpm_window.room_at(now, 1, spec.rpm))
-        if spec.tpm is not None:
-            at = max(at, self.tpm_window.room_at(now, tokens, spec.tpm))
+        if self.rpm is not None:
+            room = self.rpm_window.room_at(now, 1, self.rpm)
+            if room > at:
+                at = room
+        if self.tpm is not None:
+            room = self.tpm_window.room_at(now, tokens, self.tpm)
+            if room > at:
+                at = room
         return at
 
     def reserve(self, now: float, tokens: int) -> int:

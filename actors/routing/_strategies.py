@@ -59,13 +59,15 @@ class Weighted:
             return 0
         total = 0.0
         for candidate in candidates:
-            total += candidate.spec.weight
+            total += candidate.weight
         point = rng.random() * total
-        for index, candidate in enumerate(candidates):
-            point -= candidate.spec.weight
+        index = 0
+        for candidate in candidates:
+            point -= candidate.weight
             if point < 0:
                 return index
-        return len(candidates) - 1
+            index += 1
+        return index - 1
 
 
 @attrs.frozen

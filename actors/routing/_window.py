@@ -38,7 +38,7 @@ class Window:
         self._counts = [0] * _SLOTS
 
     def _advance(self, now: float) -> int:
-        index = math.floor(now / self.width)
+        index = int(now // self.width)
         cur = self._cur
         if index > cur:
             counts = self._counts
@@ -61,7 +61,9 @@ class Window:
 
     def add(self, now: float, amount: int) -> int:
         """Count ``amount`` now; returns the bucket it went to (for `adjust`)."""
-        index = self._advance(now)
+        index = int(now // self.width)
+        if index != self._cur:
+            index = self._advance(now)
         self._counts[index % _SLOTS] += amount
         self.total += amount
         return index
@@ -85,6 +87,8 @@ class Window:
 
         Infinity when it never fits (``need`` alone is over ``limit``).
         """
+        if int(now // self.width) == self._cur and self.total + need <= limit:
+            return now  # the common case, without advancing
         if need > limit:
             return math.inf
         self._advance(now)
