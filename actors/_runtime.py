@@ -522,6 +522,14 @@ class LlmRuntime:
     def _route(self, provider: str) -> Route:
         route = self._core.registry.topology.routes.get(provider)
         if route is None:
+            plan = self._core.router.plans.get(provider)
+            if plan is not None:
+                routes = ", ".join(dict.fromkeys(state.route for state in plan.states))
+                raise LlmError(
+                    ErrorCode.NO_ADAPTER,
+                    f"provider {provider!r} is a routing group, which has no adapter of its "
+                    f"own: ask one of its deployments' routes ({routes})",
+                )
             raise LlmError(ErrorCode.NO_ADAPTER, self._core.no_adapter_message(provider))
         return route
 

@@ -206,6 +206,36 @@ async def _keys(server: RedisServer, shared: RoutingSettings) -> list[Any]:
         return list(await client.keys(f"{shared.key_prefix}:*"))
 
 
+async def test_a_redis_that_stops_answering_costs_a_call_one_timeout_at_most(
+    redis_server: RedisServer,
+) -> None:
+    group = chat(Deployment(route="a", model="m", rpm=1000))
+    shared = settings(redis_server, redis_timeout=0.2, redis_retry=0.3)
+    with trio.fail_after(BOUND):
+        async with runtime_with(group, shared, a=text_script(["x"])) as (rt, _):
+            await ask(rt)
+            async with coredis.Redis.from_url(redis_server.url) as admin:
+                # Redis answers nobody for 1.5 s: a black hole, not a refusal.
+                await admin.client_pause(1500)
+                start = trio.current_time()
+                reason = finish_of(await ask(rt)).reason
+                took = trio.current_time() - start
+                assert shared_state(rt).errors == 1
+                # Past the pause the same client answers again (a timed-out request
+                # left its connection usable): round trips succeed once more.
+                state = shared_state(rt)
+                answered = state.round_trips - state.errors
+                with trio.fail_after(10):
+                    while True:
+                        await ask(rt)
+                        state = shared_state(rt)
+                        if state.round_trips - state.errors >= answered + 2:
+                            break
+                        await trio.sleep(0.1)
+    assert isinstance(reason, FinishStop)
+    assert took < 1.0  # one redis_timeout (0.2 s) and the call, not the 1.5 s pause
+
+
 async def test_a_lease_a_dead_process_left_expires(redis_server: RedisServer) -> None:
     group = chat(Deployment(route="a", model="m", max_in_flight=1))
     shared = SharedState(Settings(redis=redis_server.url, key_prefix="lease", in_flight_lease=0.3))

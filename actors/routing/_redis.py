@@ -82,6 +82,9 @@ class SharedState:
                 async with open_client(url, self.settings.redis_timeout) as client:
                     self._acquire = client.register_script(ACQUIRE)
                     self._release = client.register_script(RELEASE)
+                    # One connection made now, not by the first calls all at once.
+                    with trio.move_on_after(self.settings.redis_timeout):
+                        await client.ping()
                     self._client = client
                     if not started:
                         started = True

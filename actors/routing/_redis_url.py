@@ -14,7 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-__all__ = ["url_problem", "open_client"]
+__all__ = ["MAX_CONNECTIONS", "url_problem", "open_client"]
+
+#: Connections one process opens to Redis (per node for a cluster).
+MAX_CONNECTIONS = 4
 
 _PLAIN = ("redis", "rediss", "unix")
 _CLUSTER = ("redis+cluster", "rediss+cluster")
@@ -105,13 +108,21 @@ async def open_client(url: str, bound: float) -> AsyncIterator[Any]:
         "connect_timeout": bound,
         "stream_timeout": bound,
         "retry_policy": NoRetryPolicy(),
+        # coredis multiplexes commands over a connection: a few serve any number
+        # of calls, and a burst of calls does not open (and handshake) one each.
+        "max_connections": MAX_CONNECTIONS,
     }
     if scheme in _SENTINEL:
         from coredis.connection import TCPLocation
 
         nodes, service, db = _sentinels(url)
         password = password_of(url)
-        primary: dict[str, Any] = {"db": db, "connect_timeout": bound, "stream_timeout": bound}
+        primary: dict[str, Any] = {
+            "db": db,
+            "connect_timeout": bound,
+            "stream_timeout": bound,
+            "max_connections": MAX_CONNECTIONS,
+        }
         if password:
             primary["password"] = password
         sentinel: Any = coredis.Sentinel(
