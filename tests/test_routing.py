@@ -426,3 +426,33 @@ async def test_a_full_queue_refuses_at_once(
         assert isinstance(reason, FinishError) and reason.failure.code == ErrorCode.RATE_LIMIT
         assert "too many calls are waiting" in reason.failure.message
         nursery.cancel_scope.cancel()
+
+
+# ---- the Redis URL ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://127.0.0.1:6379/0", None),
+        ("rediss://:pw@cache.internal:6380/1", None),
+        ("unix:///run/redis.sock?db=2", None),
+        ("redis+cluster://node-1:7000", None),
+        ("redis+sentinel://s1:26379,s2:26379/mymaster/0", None),
+        ("http://127.0.0.1:6379", "redis must be a redis://"),
+        ("redis://:pw@host:port/0", "port is not a number"),
+        ("redis+sentinel://s1:26379", "names the service"),
+        ("redis+sentinel://s1/main", "each sentinel is HOST:PORT"),
+    ],
+)
+def test_redis_urls_are_checked_without_quoting_them(url: str, problem: str | None) -> None:
+    from llmrt.actors.routing._redis_url import password_of, url_problem
+
+    found = url_problem(url)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+        assert "pw" not in found and url not in found
+    if ":pw@" in url:
+        assert password_of(url) == "pw"
