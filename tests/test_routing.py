@@ -218,6 +218,18 @@ async def test_usage_before_content_of_a_failed_attempt_is_dropped(
     assert served_by(chunks) == "b"
 
 
+async def test_usage_before_a_final_failure_is_delivered_before_the_finish(
+    runtime: llmrt.LlmRuntime,
+) -> None:
+    early = UsageChunk(usage=TokenUsage(input_tokens=7, output_tokens=0))
+    await scripted(runtime, a=[early, Raise(LlmError(ErrorCode.AUTH, "bad key"))])
+    await runtime.register_groups([chat("a")])
+    chunks = await ask(runtime)
+    assert isinstance(chunks[0], UsageChunk) and chunks[0].usage.input_tokens == 7
+    reason = finish_of(chunks).reason
+    assert isinstance(reason, FinishError) and reason.failure.code == ErrorCode.AUTH
+
+
 async def test_context_window_exceeded_moves_to_the_fallback_group(
     runtime: llmrt.LlmRuntime,
 ) -> None:

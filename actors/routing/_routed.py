@@ -262,9 +262,12 @@ class RoutedCall:
         if self._ended:
             raise StopAsyncIteration
         call = self._call
+        if self._held and self._committed:
+            held = self._held.pop(0)
+            if type(held) is Finish:
+                self._ended = True
+            return held
         if self._committed and call is not None:
-            if self._held:
-                return self._held.pop(0)
             chunk = await call.__anext__()
             cls = type(chunk)
             if cls is Finish:
@@ -313,7 +316,14 @@ class RoutedCall:
                     and await self._fail_over(reason.failure)
                 ):
                     continue
-                return self._finished(finish)
+                final = self._finished(finish)
+                if self._held:
+                    # The attempt's usage first, then its finish: nothing it reported is lost.
+                    self._ended = False
+                    self._committed = True
+                    self._held.append(final)
+                    return self._held.pop(0)
+                return final
             # The first content chunk: from here on this attempt's answer is the call's.
             self._committed = True
             ticket = self._ticket
