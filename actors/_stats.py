@@ -19,8 +19,12 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import attrs
+
+if TYPE_CHECKING:
+    from .routing._stats import RoutingStatistics
 
 __all__ = [
     "ABORT_BUCKETS",
@@ -171,6 +175,8 @@ class RuntimeStatistics:
     #: Upstream connection pools of the adapters that report one, by the first
     #: provider route of their registration.
     connection_pools: Mapping[str, ConnectionPool] = MappingProxyType({})
+    #: Routing groups and their deployments (None: no group is registered).
+    routing: RoutingStatistics | None = None
 
 
 @attrs.define(eq=False)

@@ -43,6 +43,7 @@ from .gateway._snapshot import (
     ProviderValue,
     StatisticsValue,
 )
+from .routing._stats import merge_routing, retired_routing
 
 __all__ = [
     "admit_models",
@@ -176,6 +177,7 @@ def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
             for name, (open_, idle) in sorted(pools.items())
         ),
         gateway=_gateway_sum(gateways),
+        routing=merge_routing([v.routing for v in values]),
     )
 
 
@@ -191,6 +193,7 @@ def retired(value: StatisticsValue) -> StatisticsValue:
         providers=tuple(msgspec.structs.replace(p, calls_in_flight=0) for p in value.providers),
         connection_pools=(),
         gateway=gateway,
+        routing=retired_routing(value.routing),
     )
 
 
@@ -292,6 +295,7 @@ def runtime_statistics(value: StatisticsValue) -> RuntimeStatistics:
         connection_pools=MappingProxyType(
             {p.provider: ConnectionPool(open=p.open, idle=p.idle) for p in value.connection_pools}
         ),
+        routing=value.routing,
     )
 
 

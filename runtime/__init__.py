@@ -28,6 +28,8 @@ from ._chunks import FinishReason as FinishReason
 from ._chunks import FinishStop as FinishStop
 from ._chunks import FinishToolCalls as FinishToolCalls
 from ._chunks import ReasoningDelta as ReasoningDelta
+from ._chunks import RoutedAttempt as RoutedAttempt
+from ._chunks import Routing as Routing
 from ._chunks import StreamChunk as StreamChunk
 from ._chunks import TextDelta as TextDelta
 from ._chunks import TokenUsage as TokenUsage
@@ -234,6 +236,8 @@ __all__ = [
     "ProviderInfo",
     "ReasoningBlock",
     "ReasoningDelta",
+    "RoutedAttempt",
+    "Routing",
     "ReasoningEffortInfo",
     "REDACTED",
     "Redactor",

@@ -19,6 +19,8 @@ import msgspec
 
 from llmrt.adapters.plugin import AdapterConfig, Path
 
+from ..routing import Group, RoutingSettings
+
 __all__ = [
     "file_table",
     "DefaultsTable",
@@ -100,6 +102,9 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             ("provider", tuple[entry, ...], ()),
             ("gateway", GatewayTable, msgspec.field(default_factory=GatewayTable)),
             ("settings", dict[str, SettingsTable], msgspec.field(default_factory=dict)),
+            # Routing groups (``[[group]]`` with ``[[group.deployment]]``) and ``[routing]``.
+            ("group", tuple[Group, ...], ()),
+            ("routing", RoutingSettings, msgspec.field(default_factory=RoutingSettings)),
         ],
         bases=(_Table,),
         frozen=True,

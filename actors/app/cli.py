@@ -235,6 +235,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="the raw snapshot as JSON")
     _connect_timeout_option(stats)
+
+    routes = add(
+        "routes",
+        "Show the routing groups: each deployment's tier, in flight, cooldown, failovers by "
+        "code, latency and rpm/tpm used (a gateway's with --via).",
+    )
+    routes.add_argument(
+        "--via", metavar="URL", default=None, help="ask a gateway (ws://host:port/)"
+    )
+    routes.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="NAME")
+    routes.add_argument("--json", action="store_true", help="the routing statistics as JSON")
+    _connect_timeout_option(routes)
     return parser
 
 
@@ -797,6 +809,16 @@ def main(
                 return trio.run(_providers, args, config, out, env)
             if args.command == "stats":
                 return trio.run(_stats, args, config, out, env)
+            if args.command == "routes":
+                from . import routes as routes_command
+                from ._setup import configured_runtime, gateway_client
+
+                run = functools.partial(
+                    routes_command.run,
+                    connect=lambda: gateway_client(args, env),
+                    runtime=configured_runtime,
+                )
+                return trio.run(run, args, config, out)
             return trio.run(_models, args, config, out, env)
         except BaseExceptionGroup as group:
             if group.subgroup(KeyboardInterrupt) is not None:

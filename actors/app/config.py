@@ -54,7 +54,9 @@ from llmrt.adapters.plugin import (
 from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
 from .._runtime import LlmRuntime
 from .._topology import check_provider_name
+from ..routing import Group, GroupsHandle, RoutingSettings
 from ._config_secrets import hidden_values, refusal, scrub, secret_name_reason
+from ._routing_config import check_routing, register_routing
 from ._schema import (
     GatewayTable,
     Path,
@@ -226,6 +228,9 @@ class Config:
     )
     #: The adapters this configuration was made with (the installed ones by default).
     plugins: Plugins = attrs.field(factory=installed, eq=False, repr=False)
+    #: Routing groups (``[[group]]``), registered after the routes, and ``[routing]``.
+    groups: tuple[Group, ...] = ()
+    routing: RoutingSettings = attrs.field(factory=RoutingSettings)
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""
@@ -307,6 +312,9 @@ def load_config(
     default_idle: float | None = None
     gateway = GatewayTable()
     namespaces = _builtin_namespaces(plugins)
+    groups: tuple[Group, ...] = ()
+    routing = RoutingSettings()
+    table = None
     if text is not None:
         table = _parse(text, ctx)
         gateway = _check_gateway(ctx, table.gateway)
@@ -316,6 +324,9 @@ def load_config(
         namespaces = _namespaces(ctx, table.settings, namespaces)
         routes = _file_routes(ctx, table.provider, default_idle, namespaces)
     routes = _complete(routes, env, default_idle, plugins)
+    if table is not None:
+        names = {name for spec in routes for name in spec.providers}
+        groups, routing = check_routing(ctx.error, table.group, table.routing, names)
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and env.get(spec.api_key_env)
     )
@@ -326,6 +337,8 @@ def load_config(
         gateway=gateway,
         settings=namespaces,
         plugins=plugins,
+        groups=groups,
+        routing=routing,
     )
 
 
@@ -732,8 +745,9 @@ def build_adapter(spec: RouteSpec, *, environ: Mapping[str, str] | None = None) 
 
 async def register_config(
     runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
-) -> list[RegistrationHandle]:
-    """Build and register every route of ``config``, in order, with its idle timeout.
+) -> list[RegistrationHandle | GroupsHandle]:
+    """Build and register every route of ``config``, in order, with its idle timeout,
+    then its routing groups (one handle for them all, last).
 
     All or nothing: when one registration fails, the ones made so far are
     disposed and the error (`llmrt.LlmError` ``INVALID_PROVIDER`` or
@@ -741,7 +755,7 @@ async def register_config(
     ``environ`` is where the adapters read their keys (default ``os.environ``).
     A checkpoint.
     """
-    handles: list[RegistrationHandle] = []
+    handles: list[RegistrationHandle | GroupsHandle] = []
     try:
         for spec in config.routes:
             adapter = build_adapter(spec, environ=environ)
@@ -755,11 +769,15 @@ async def register_config(
                     await adapter.aclose()
                 raise
             handles.append(handle)
+        groups = await register_routing(runtime, config.groups, config.routing)
+        if groups is not None:
+            handles.append(groups)
     except BaseException:
         # Fresh registrations serve no calls yet: disposing them is quick.
         with trio.move_on_after(_CLEANUP_GRACE, shield=True):
-            for handle in reversed(handles):
-                await handle.dispose(drain_timeout=0)
+            for made in reversed(handles):
+                if isinstance(made, RegistrationHandle):
+                    await made.dispose(drain_timeout=0)
         raise
     return handles
 
@@ -841,7 +859,8 @@ async def register_settings(
 
 
 def describe(config: Config) -> list[str]:
-    """One line per route for the CLI: names, adapter, key variable and whether it is set.
+    """One line per route for the CLI: names, adapter, key variable and whether it is set;
+    then one per routing group: its strategy and deployments.
 
     Never includes a key's value.
     """
@@ -857,6 +876,9 @@ def describe(config: Config) -> list[str]:
         else:
             key = "key: none"
         rows.append((", ".join(spec.providers), kind, key, spec.source))
+    for group in config.groups:
+        deployments = ", ".join(d.id for d in group.deployments)
+        rows.append((group.name, f"group/{group.strategy}", deployments, "routing group"))
     width = [max((len(row[n]) for row in rows), default=0) for n in range(3)]
     return [
         f"{names:<{width[0]}}  {kind:<{width[1]}}  {key:<{width[2]}}  [{source}]"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import msgspec
 
 from .._stats import HistogramSnapshot, RuntimeStatistics
+from ..routing._stats import RoutingStatistics
 
 __all__ = [
     "FinishedCount",
@@ -107,6 +108,8 @@ class StatisticsValue(_Value, frozen=True):
     abort_to_finish: HistogramValue | None = None
     connection_pools: tuple[PoolValue, ...] = ()
     gateway: GatewayValue | None = None
+    #: Routing groups and their deployments (docs/routing.md); absent without groups.
+    routing: RoutingStatistics | None = None
 
 
 def _histogram(snapshot: HistogramSnapshot) -> HistogramValue:
@@ -158,4 +161,5 @@ def statistics_value(
             for name, pool in sorted(stats.connection_pools.items())
         ),
         gateway=gateway,
+        routing=stats.routing,
     )

@@ -1,0 +1,89 @@
+"""``llmrt routes [--via URL]``: each routing group's deployments and their state.
+
+With ``--via`` it asks a gateway for its statistics (the ``stats`` frame,
+summed over its workers); without, it loads the configuration into an
+in-process runtime (which checks it) and shows the groups as they start. The
+command line (`llmrt.actors.app.cli`) adds the parser with `configure` and
+runs `run`, passing how to reach a gateway and how to build a runtime, so
+this module does not import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TextIO
+
+import msgspec
+
+from .. import _runtime
+from ..gateway._snapshot import StatisticsValue, statistics_value
+from ..routing import DeploymentStatistics, RoutingStatistics
+from . import config as configuration
+
+__all__ = ["format_routes", "run"]
+
+
+def _limit(used: int, limit: int | None) -> str:
+    return f"{used}/{limit}" if limit is not None else str(used)
+
+
+def _deployment(d: DeploymentStatistics) -> str:
+    state = f"cooling {d.cooling_for:.1f} s" if d.cooling else "ready"
+    latency = f"{1000 * d.latency:.1f} ms" if d.latency is not None else "-"
+    failovers = ", ".join(f"{code} {n}" for code, n in sorted(d.failovers.items())) or "none"
+    in_flight = _limit(d.in_flight, d.max_in_flight)
+    where = " (shared)" if d.shared else ""
+    return (
+        f"  {d.id}  tier {d.tier}  weight {d.weight:g}  {state}  in flight {in_flight}  "
+        f"rpm {_limit(d.rpm_used, d.rpm)}  tpm {_limit(d.tpm_used, d.tpm)}{where}  "
+        f"first chunk {latency}  served {d.served}/{d.attempts}  failovers: {failovers}"
+    )
+
+
+def format_routes(value: StatisticsValue) -> list[str]:
+    """The routing part of a statistics snapshot as lines of text."""
+    routing = value.routing
+    if routing is None or not routing.groups:
+        return ["no routing groups"]
+    lines = []
+    for group in routing.groups:
+        lines.append(
+            f"group {group.name}: {group.strategy}, calls {group.calls}, "
+            f"waiting {group.waiting}, rate-limited {group.rate_limited}, "
+            f"context fallbacks {group.context_fallbacks}"
+        )
+        lines.extend(_deployment(d) for d in group.deployments)
+    shared = routing.shared_state
+    if shared is not None:
+        lines.append(
+            f"redis: {shared.shared} of {shared.processes} processes shared, "
+            f"errors {shared.errors}, degradations {shared.degradations}, "
+            f"round trips {shared.round_trips}"
+        )
+    return lines
+
+
+async def run(
+    args: argparse.Namespace,
+    config: configuration.Config,
+    out: TextIO,
+    *,
+    connect: Callable[[], AbstractAsyncContextManager[Any]],
+    runtime: Callable[[configuration.Config], AbstractAsyncContextManager[_runtime.LlmRuntime]],
+) -> int:
+    """``llmrt routes``: ``connect()`` opens the ``--via`` client, ``runtime(config)`` a runtime."""
+    if args.via:
+        async with connect() as client:
+            value: StatisticsValue = await client.stats()
+    else:
+        async with runtime(config) as rt:
+            value = statistics_value(rt.statistics())
+    if args.json:
+        routing = value.routing or RoutingStatistics()
+        out.write(msgspec.json.format(msgspec.json.encode(routing), indent=2).decode() + "\n")
+    else:
+        for line in format_routes(value):
+            out.write(line + "\n")
+    return 0
