@@ -58,7 +58,7 @@ def test_a_call_loads_neither_the_gateway_nor_the_client(tmp_path: Path) -> None
     assert "llmrt.actors.app._call_command" in modules  # it did run the call
     gateway = sorted(m for m in modules if m.startswith("llmrt.actors.gateway"))
     assert gateway == []
-    assert "llmrt.actors.app.client" not in modules
+    assert "llmrt.actors.gateway.client" not in modules
 
 
 def test_the_startup_bench_sums_top_level_imports_only() -> None:

@@ -18,10 +18,10 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, FinishStop, TextDelta, user_message
-from llmrt.actors.app import client as client_module
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits
+from llmrt.actors.gateway import client as client_module
 from llmrt.actors.gateway._protocol import JSON, ChunksFrame, HelloFrame, PartFrame
+from llmrt.actors.gateway.client import open_gateway_client
 
 OPTIONS = llmrt.GenerateOptions(provider="p", model="m", messages=(user_message("hi"),))
 #: Every test ends well within this (a hang is the failure being tested for).

@@ -20,7 +20,6 @@ from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, looks_like_secret
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.app.config import (
     CONFIG_INVALID,
     Config,
@@ -30,6 +29,7 @@ from llmrt.actors.app.config import (
     load_config,
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 
 # Made-up values in the documented shapes.

@@ -20,7 +20,6 @@ import trio
 
 import llmrt
 from llmrt.actors.app.cli import _gateway_limits, _parser, main
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._origin import (
@@ -30,6 +29,7 @@ from llmrt.actors.gateway._origin import (
     normalize_origin,
     split_host,
 )
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 
 TOKEN = "0rigin-test-token_abc"

@@ -38,7 +38,7 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.actors.otel import current_traceparent, otel_middleware
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, Stall, text_script
 
@@ -565,7 +565,7 @@ def test_llmrt_imports_without_opentelemetry() -> None:
     code = (
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
-        "import llmrt, llmrt.actors, llmrt.actors.app.client, llmrt.actors.gateway\n"
+        "import llmrt, llmrt.actors, llmrt.actors.gateway.client, llmrt.actors.gateway\n"
         "import llmrt.actors.app.cli\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry') and sys.modules[m]]\n"
         "try:\n"
@@ -589,7 +589,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import llmrt
 from llmrt.actors.app import cli as _cli
 from llmrt.actors.app import config as configuration
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 # What opentelemetry-instrument (or the application) does: global SDK providers.
 exporter = InMemorySpanExporter()

@@ -74,7 +74,7 @@ def table_of(config: configuration.Config, route: str) -> tuple[ModelSpec, ...]:
 @asynccontextmanager
 async def gateway_client(args: argparse.Namespace, environ: dict[str, str]) -> AsyncIterator[Any]:
     """The client of ``--via``, its token from ``--token-env``; refusals say how to fix them."""
-    from .client import open_gateway_client
+    from ..gateway.client import open_gateway_client
 
     token = environ.get(args.token_env) or None
     connected = False

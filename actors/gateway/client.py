@@ -60,8 +60,8 @@ from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
-from ..gateway._counters import payload_bytes
-from ..gateway._protocol import (
+from ._counters import payload_bytes
+from ._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
     MAX_ABORT_REASON,
@@ -89,7 +89,7 @@ from ..gateway._protocol import (
     StatsFrame,
     ends_request,
 )
-from ..gateway._snapshot import StatisticsValue
+from ._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
