@@ -60,7 +60,6 @@ from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
-from ._counters import payload_bytes
 from ._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
@@ -89,6 +88,7 @@ from ._protocol import (
     StatsFrame,
     ends_request,
 )
+from ._reassembly import PartsOverflow, Reassembly
 from ._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
@@ -101,15 +101,10 @@ _YIELD_EVERY = 64
 _ABORT_TIMEOUT = 2.0
 #: Bound on the frames the gateway sends in ``part`` frames (a very large block-end):
 #: the UTF-8 bytes of the ``id`` and ``data`` of every part held, over all frames
-#: partly received at once, and how many frames may be partly received at once.
-#: Counting bytes, not characters, and the ids too: a peer's 1 MiB ids with
-#: empty data, or four-byte characters, no longer pass a bound that means memory.
+#: partly received at once, and how many frames may be partly received at once
+#: (`Reassembly`; read when a client is made).
 MAX_ASSEMBLED_BYTES = 256 << 20
 MAX_PARTIAL_FRAMES = 16
-
-
-class _PartsOverflow(Exception):
-    """The gateway's parts went past `MAX_ASSEMBLED_BYTES` or `MAX_PARTIAL_FRAMES`."""
 
 
 def _error_finish(code: str, message: str) -> Finish:
@@ -268,14 +263,6 @@ class _Waiter:
 
 
 @attrs.define(eq=False)
-class _Partial:
-    """One frame partly received in ``part`` frames: its slices, and the bytes they hold."""
-
-    size: int
-    data: list[str | bytes] = attrs.field(factory=list)
-
-
-@attrs.define(eq=False)
 class GatewayClient:
     """A connection to a gateway, made by `open_gateway_client`."""
 
@@ -289,9 +276,10 @@ class GatewayClient:
     _calls: dict[str, RemoteCall] = attrs.field(factory=dict, init=False)
     _waiters: dict[str, _Waiter] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
-    #: Parts of frames too large for one message, by id, and their total size.
-    _parts: dict[str | None, _Partial] = attrs.field(factory=dict, init=False)
-    _parts_bytes: int = attrs.field(default=0, init=False)
+    #: Parts of frames too large for one message.
+    _parts: Reassembly = attrs.field(
+        factory=lambda: Reassembly(MAX_ASSEMBLED_BYTES, MAX_PARTIAL_FRAMES), init=False
+    )
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
 
@@ -470,7 +458,7 @@ class GatewayClient:
                 try:
                     frame = self._codec.decode_server(data)
                     if type(frame) is PartFrame or type(frame) is BinaryPartFrame:
-                        whole = self._assemble(frame)
+                        whole = self._parts.add(frame)
                         if whole is None:
                             continue
                         frame = self._codec.decode_server(whole)
@@ -478,13 +466,12 @@ class GatewayClient:
                     # Unknown frame types are ignored (newer servers may add some).
                     log.debug("ignoring a frame: %s", exc)
                     continue
-                except _PartsOverflow as exc:
+                except PartsOverflow as exc:
                     # Dropping the parts would leave their call waiting forever:
                     # the connection ends instead, every request with this failure.
                     failure = LlmFailure(message=str(exc), code=ErrorCode.PROTOCOL)
                     self._closed = True
                     self._parts.clear()
-                    self._parts_bytes = 0
                     # 1009: the message (here, the frame in parts) is too big. Closed
                     # before the calls end, so the close frame is out before their
                     # consumers can leave (and cancel this reader). Bounded: a peer
@@ -537,39 +524,6 @@ class GatewayClient:
             self._on_error(frame)
         elif cls is PongFrame or cls is HelloFrame:
             pass
-
-    def _assemble(self, part: PartFrame | BinaryPartFrame) -> str | bytes | None:
-        """Add a ``part`` to its frame; the whole frame once its last part is in.
-
-        Raises `_PartsOverflow` when the parts held would exceed `MAX_ASSEMBLED_BYTES`
-        (UTF-8 bytes of ids and data) or `MAX_PARTIAL_FRAMES` frames.
-        """
-        held = self._parts.get(part.id)
-        size = payload_bytes(part.data)
-        if held is None:
-            if not part.more:
-                return part.data  # a frame in one part: nothing is held
-            if len(self._parts) >= MAX_PARTIAL_FRAMES:
-                raise _PartsOverflow(
-                    f"the gateway sent parts of more than {MAX_PARTIAL_FRAMES} frames at once"
-                )
-            # The id is held once per frame, as the buffer's key.
-            held = self._parts[part.id] = _Partial(size=payload_bytes(part.id or ""))
-            self._parts_bytes += held.size
-        self._parts_bytes += size
-        if self._parts_bytes > MAX_ASSEMBLED_BYTES:
-            raise _PartsOverflow(
-                f"the gateway sent frames in parts above {MAX_ASSEMBLED_BYTES} bytes"
-            )
-        held.size += size
-        held.data.append(part.data)
-        if part.more:
-            return None
-        del self._parts[part.id]
-        self._parts_bytes -= held.size
-        if isinstance(part.data, bytes):
-            return b"".join(held.data)  # type: ignore[arg-type]
-        return "".join(held.data)  # type: ignore[arg-type]
 
     def _on_error(self, frame: ErrorFrame) -> None:
         if frame.id is None or not ends_request(frame.code):
