@@ -15,6 +15,9 @@ then waits, so a slow consumer slows down the calls of its own connection
 the way in-process failures do: an ``error`` frame about a call becomes an
 ``error`` finish carrying the frame's code; a lost connection ends every
 open call with an ``error`` finish, code ``NETWORK``.
+
+Connecting (bounded, refusals translated) is `_dial`'s; putting ``part``
+frames back together, `_reassembly`'s.
 """
 
 from __future__ import annotations
@@ -30,13 +33,7 @@ from typing import Any
 import attrs
 import msgspec
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    ConnectionRejected,
-    HandshakeError,
-    WebSocketConnection,
-    connect_websocket_url,
-)
+from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection
 
 from llmrt import (
     AttemptChunk,
@@ -60,13 +57,13 @@ from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
 from .._tracecontext import valid_traceparent
+from ._dial import dial, endpoint_of, translate_handshake
 from ._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
     MAX_ABORT_REASON,
     MIN_FRAME_BYTES,
     MSGPACK,
-    PROTOCOL,
     AbortFrame,
     BinaryPartFrame,
     CallFrame,
@@ -543,111 +540,6 @@ class GatewayClient:
 _CLOSE_TIMEOUT = 2.0
 
 
-def _endpoint(url: str) -> str:
-    """``host:port`` of a ``ws://`` / ``wss://`` URL, for messages (never credentials)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "wss" else 80)
-    except ValueError:
-        return "an invalid URL"
-    host = parts.hostname or "?"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _translate_handshake(exc: BaseException, endpoint: str, *, token_sent: bool) -> LlmError:
-    """A failed connect or handshake as an `LlmError` naming the endpoint, never the token."""
-    if isinstance(exc, ConnectionRejected):
-        status = exc.status_code
-        if status == 401:
-            if token_sent:
-                message = f"the gateway at {endpoint} refused the token"
-            else:
-                message = f"the gateway at {endpoint} requires a bearer token and none was sent"
-            return LlmError(ErrorCode.AUTH, message, status=status)
-        if status == 503:
-            return LlmError(
-                ErrorCode.OVERLOADED,
-                f"the gateway at {endpoint} refused the connection",
-                status=status,
-            )
-        return LlmError(
-            ErrorCode.NETWORK,
-            f"the gateway at {endpoint} refused the handshake ({status})",
-            status=status,
-        )
-    cause = exc.__cause__ if isinstance(exc, HandshakeError) and exc.__cause__ else exc
-    return LlmError(
-        ErrorCode.NETWORK, f"cannot connect to the gateway at {endpoint}: {_why(cause)}"
-    )
-
-
-def _why(exc: BaseException) -> str:
-    """The OS's reason(s) for a failed connect: trio tries every address and groups their errors."""
-    causes: list[BaseException] = [exc]
-    if isinstance(exc.__cause__, BaseExceptionGroup):
-        causes = list(exc.__cause__.exceptions)
-    elif exc.__cause__ is not None:
-        causes = [exc.__cause__]
-    reasons = {
-        (c.strerror if isinstance(c, OSError) and c.strerror else str(c) or type(c).__name__)
-        for c in causes
-    }
-    return ", ".join(sorted(r.lower() for r in reasons))
-
-
-async def _connect(
-    nursery: trio.Nursery,
-    url: str,
-    endpoint: str,
-    *,
-    codec: Codec,
-    headers: list[tuple[bytes, bytes]],
-    max_frame_bytes: int,
-    connect_timeout: float,
-    token_sent: bool,
-) -> tuple[WebSocketConnection, HelloFrame]:
-    """Open the websocket (its reader task goes in ``nursery``) and read ``hello``.
-
-    The whole of it, TCP connect, upgrade and ``hello``, is bounded by
-    ``connect_timeout``: trio-websocket's own ``open_websocket`` bounds the
-    upgrade but then waits for a reader task that nothing cancels, so a peer
-    that accepts TCP and stays silent held it forever. Here the reader lives
-    in the caller's nursery, which the caller cancels when this raises.
-    """
-    try:
-        with trio.fail_after(connect_timeout):
-            ws = await connect_websocket_url(
-                nursery,
-                url,
-                subprotocols=[codec.subprotocol],
-                extra_headers=headers,
-                max_message_size=max_frame_bytes,
-            )
-            try:
-                first = await ws.get_message()
-            except ConnectionClosed as exc:
-                raise LlmError(
-                    ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
-                ) from None
-    except trio.TooSlowError:
-        raise LlmError(
-            ErrorCode.NETWORK,
-            f"the gateway at {endpoint} did not answer within {connect_timeout:g} s "
-            "(connect timeout)",
-        ) from None
-    except (HandshakeError, OSError) as exc:
-        raise _translate_handshake(exc, endpoint, token_sent=token_sent) from None
-    try:
-        hello = codec.decode_server(first)
-    except DecodeError as exc:
-        raise LlmError(
-            ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
-        ) from None
-    if not isinstance(hello, HelloFrame) or hello.protocol != PROTOCOL:
-        raise LlmError(ErrorCode.PROTOCOL, f"the server at {endpoint} does not speak {PROTOCOL}")
-    return ws, hello
-
-
 @asynccontextmanager
 async def open_gateway_client(
     url: str,
@@ -680,7 +572,7 @@ async def open_gateway_client(
         raise ValueError(f"connect_timeout must be positive and finite, got {connect_timeout!r}")
     if urllib.parse.urlsplit(url).scheme not in ("ws", "wss"):
         raise ValueError(f"a gateway URL starts with ws:// or wss://, got {url!r}")
-    endpoint = _endpoint(url)
+    endpoint = endpoint_of(url)
     if max_frame_bytes < MIN_FRAME_BYTES:
         raise ValueError(f"max_frame_bytes must be at least {MIN_FRAME_BYTES}")
     codec = MSGPACK if msgpack else JSON
@@ -691,7 +583,7 @@ async def open_gateway_client(
         # One nursery for trio-websocket's reader and the client's tasks:
         # whatever leaves it (a failed connect included) cancels them all.
         async with trio.open_nursery() as nursery:
-            ws, hello = await _connect(
+            ws, hello = await dial(
                 nursery,
                 url,
                 endpoint,
@@ -726,6 +618,6 @@ async def open_gateway_client(
         inner = sole_exception(group)
         if inner is not None:
             if isinstance(inner, HandshakeError):
-                raise _translate_handshake(inner, endpoint, token_sent=bool(token)) from None
+                raise translate_handshake(inner, endpoint, token_sent=bool(token)) from None
             raise inner from inner.__cause__
         raise
