@@ -30,10 +30,10 @@ from llmrt._helpers import sole_exception
 if TYPE_CHECKING:
     from llmrt.adapters.plugin import ModelSpec
 
-    from ..gateway import GatewayServer, Limits
-    from ..gateway._snapshot import HistogramValue, StatisticsValue
-    from . import config as configuration
-    from ._schema import GatewayTable
+    from ...gateway import GatewayServer, Limits
+    from ...gateway._snapshot import HistogramValue, StatisticsValue
+    from .. import config as configuration
+    from .._schema import GatewayTable
 
 __all__ = ["main"]
 
@@ -309,7 +309,7 @@ def _print_serving(
     out.write(f"auth: {'on (bearer token from $' + token_env + ')' if token else 'off'}\n")
     if tracing:
         out.write("tracing: OpenTelemetry (GenAI conventions; call frames may carry traceparent)\n")
-    from .config import describe
+    from ..config import describe
 
     out.write("providers:\n")
     for line in describe(config):
@@ -353,8 +353,8 @@ async def _serve_workers(
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    from .._workers import supervise
-    from ..gateway._server import _is_loopback
+    from ..._workers import supervise
+    from ...gateway._server import _is_loopback
 
     token = serve_options(args, config, environ)["token"]
     if token is None and not _is_loopback(args.host):
@@ -388,7 +388,7 @@ async def _serve_workers(
 def _otel_middleware() -> Middleware:
     """The OpenTelemetry middleware of ``serve --otel``; a clear error without the extra."""
     try:
-        from ..otel import otel_middleware
+        from ...otel import otel_middleware
     except ImportError:
         raise ValueError('--otel needs the OpenTelemetry API: pip install "llmrt[otel]"') from None
     return otel_middleware()
@@ -412,10 +412,10 @@ async def _serve(
     """``llmrt serve``. ``serving_process``: this process exists to serve (the command line),
     so the collector is set up for it (`tune_for_serving`); never in an embedding process.
     """
-    from ..gateway import serve_gateway
-    from ..gateway._server import _is_loopback
-    from ._collector import collector_line, tune_for_serving
-    from ._setup import configured_runtime
+    from ...gateway import serve_gateway
+    from ...gateway._server import _is_loopback
+    from .._collector import collector_line, tune_for_serving
+    from .._setup import configured_runtime
 
     token = environ.get(args.token_env) or None
     if token is None and not _is_loopback(args.host):
@@ -487,7 +487,7 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
 
     Raises `ValueError` for a value the limits refuse.
     """
-    from ..gateway import Limits
+    from ...gateway import Limits
 
     settings: dict[str, Any] = {}
     for name in (
@@ -521,7 +521,7 @@ def _gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
 async def _providers(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
-    from ._setup import gateway_client
+    from .._setup import gateway_client
 
     if args.via:
         async with gateway_client(args, environ) as client:
@@ -529,7 +529,7 @@ async def _providers(
         for provider in providers:
             out.write(f"{provider.id}\t{provider.name}\n")
         return 0
-    from .config import describe
+    from ..config import describe
 
     for line in describe(config):
         out.write(line + "\n")
@@ -550,7 +550,7 @@ async def _models(
     models, when the endpoint is unreachable or has no list; said on stderr
     too) or ``adapter`` (a route outside any namespace: its adapter's list).
     """
-    from ._setup import configured_runtime, gateway_client, route_of, table_of
+    from .._setup import configured_runtime, gateway_client, route_of, table_of
 
     if args.via:
         async with gateway_client(args, environ) as client:
@@ -669,13 +669,13 @@ def format_stats(value: StatisticsValue) -> list[str]:
 async def _stats(
     args: argparse.Namespace, config: configuration.Config, out: TextIO, environ: dict[str, str]
 ) -> int:
-    from ._setup import configured_runtime, gateway_client
+    from .._setup import configured_runtime, gateway_client
 
     if args.via:
         async with gateway_client(args, environ) as client:
             value = await client.stats()
     else:
-        from ..gateway._snapshot import statistics_value
+        from ...gateway._snapshot import statistics_value
 
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")
@@ -703,14 +703,14 @@ async def _stats(
 
 def _route_of(config: configuration.Config, name: str) -> str:
     """`_setup.route_of` (named here too: tests and plugins have used this name)."""
-    from ._setup import route_of
+    from .._setup import route_of
 
     return route_of(config, name)
 
 
 def _default_model(config: configuration.Config, provider: str) -> str:
     """`_setup.default_model` (named here too, like `_route_of`)."""
-    from ._setup import default_model
+    from .._setup import default_model
 
     return default_model(config, provider)
 
@@ -776,8 +776,8 @@ def main(
         parser.print_help(out)
         return 0
     # Imported once a command runs: `llmrt --help` needs none of it.
-    from . import config as configuration
-    from .plugins import PLUGIN_ERROR
+    from .. import config as configuration
+    from ..plugins import PLUGIN_ERROR
 
     try:
         config = configuration.load_config(args.config, environ=env)
@@ -786,7 +786,7 @@ def main(
             print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=err)
         try:
             if args.command == "call":
-                from ._call_command import call_command
+                from .._call_command import call_command
 
                 return call_command(args, config, out, err, env, stdin or sys.stdin.buffer)
             if args.command == "serve":
@@ -829,7 +829,3 @@ def main(
         # Ctrl-C before the call's own handler was installed (or after it ended).
         print("llmrt: interrupted", file=err)
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
