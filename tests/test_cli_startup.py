@@ -44,7 +44,7 @@ def test_help_loads_no_configuration_and_no_command() -> None:
     for module in (
         "llmrt.actors.app.config",
         "llmrt.actors.app.plugins",
-        "llmrt.actors.app._call_command",
+        "llmrt.actors.app.cli.call",
         "llmrt.actors.gateway",
         "llmrt.adapters._http",
     ):
@@ -55,7 +55,7 @@ def test_a_call_loads_neither_the_gateway_nor_the_client(tmp_path: Path) -> None
     config = tmp_path / "fast.toml"
     config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
     modules = loaded("call", "hi", "--config", str(config))
-    assert "llmrt.actors.app._call_command" in modules  # it did run the call
+    assert "llmrt.actors.app.cli.call" in modules  # it did run the call
     gateway = sorted(m for m in modules if m.startswith("llmrt.actors.gateway"))
     assert gateway == []
     assert "llmrt.actors.gateway.client" not in modules

@@ -1,8 +1,8 @@
 """What every ``llmrt`` command sets up: a runtime serving the configuration, or the
 gateway client of ``--via``, and which route and model a name on the command line means.
 
-Apart from ``cli.py`` so that each command's own module (``_call_command``)
-shares it without importing the command line back.
+Apart from the ``cli`` package so that each command's own module (``cli.call``, ...)
+and the gateway worker (``worker``) share it without importing the command line back.
 """
 
 from __future__ import annotations

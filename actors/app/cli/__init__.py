@@ -786,7 +786,7 @@ def main(
             print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=err)
         try:
             if args.command == "call":
-                from .._call_command import call_command
+                from .call import call_command
 
                 return call_command(args, config, out, err, env, stdin or sys.stdin.buffer)
             if args.command == "serve":

@@ -33,11 +33,11 @@ from llmrt import (
     ToolCallDelta,
 )
 
-from .._abort import AbortController
-from . import config as configuration
+from ..._abort import AbortController
+from .. import config as configuration
+from .._setup import configured_runtime, default_model, gateway_client, route_of, table_of
 from ._call_input import model_warning, read_prompt, read_tools
 from ._call_output import DIM, RED, HumanOutput, JsonOutput, Style
-from ._setup import configured_runtime, default_model, gateway_client, route_of, table_of
 
 __all__ = ["ABORT_BOUND", "EXIT_BOUND", "call_command"]
 
