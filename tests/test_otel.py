@@ -587,7 +587,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 import llmrt
-from llmrt.actors.app import cli as _cli
+from llmrt.actors.app.cli import parse_args
+from llmrt.actors.app.cli.serve import serve
 from llmrt.actors.app import config as configuration
 from llmrt.actors.gateway.client import open_gateway_client
 
@@ -598,10 +599,10 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
 async def main():
-    args = _cli._parser().parse_args(["serve", "--port", "0", "--otel"])
+    args = parse_args(["serve", "--port", "0", "--otel"])
     out = io.StringIO()
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(_cli._serve, args, configuration.load_config(None), out, {})
+        server = await nursery.start(serve, args, configuration.load_config(None), out, {})
         async with open_gateway_client(server.url) as client:
             options = llmrt.GenerateOptions(
                 provider="demo", model="demo-1", messages=(llmrt.user_message("hi"),)
