@@ -51,11 +51,11 @@ from llmrt.adapters.plugin import (
     RetryTable,
 )
 
-from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
-from .._runtime import LlmRuntime
-from .._topology import check_provider_name
-from ._config_secrets import hidden_values, refusal, scrub, secret_name_reason
-from ._schema import (
+from ..._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
+from ..._runtime import LlmRuntime
+from ..._topology import check_provider_name
+from .._config_secrets import hidden_values, refusal, scrub, secret_name_reason
+from .._schema import (
     GatewayTable,
     Path,
     SettingsTable,
@@ -64,8 +64,8 @@ from ._schema import (
     locate_lines,
     parse_path,
 )
-from ._suggest import hint, keys_at
-from .plugins import PLUGIN_ERROR, Plugins, installed
+from .._suggest import hint, keys_at
+from ..plugins import PLUGIN_ERROR, Plugins, installed
 
 __all__ = [
     "ConfigError",
@@ -499,7 +499,7 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
     # The gateway package is imported only for a value it must check: loading
     # it (its server, metrics, websockets) is most of `llmrt call`'s start-up.
     for index, entry in enumerate(table.allow_origin):
-        from ..gateway._origin import OriginPolicy
+        from ...gateway._origin import OriginPolicy
 
         try:
             # Whether ``*`` has its token is known only when serving.
@@ -516,7 +516,7 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
             "discover_allow_private applies to client-named URLs: it needs discover_any_url = true",
         )
     if table.max_frame_bytes is not None:
-        from ..gateway._protocol import MIN_FRAME_BYTES
+        from ...gateway._protocol import MIN_FRAME_BYTES
     if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
         raise ctx.error(
             ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"
