@@ -16,8 +16,8 @@ from llmrt import Middleware
 
 if TYPE_CHECKING:
     from ...gateway import GatewayServer, Limits
-    from .._schema import GatewayTable
     from ..config import Config
+    from ..config._schema import GatewayTable
 
 __all__ = ["ServeOptions", "gateway_limits", "serve_middleware", "serve_options", "stop_gateway"]
 

@@ -54,8 +54,8 @@ from llmrt.adapters.plugin import (
 from ..._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
 from ..._runtime import LlmRuntime
 from ..._topology import check_provider_name
-from .._config_secrets import hidden_values, refusal, scrub, secret_name_reason
-from .._schema import (
+from ..plugins import PLUGIN_ERROR, Plugins, installed
+from ._schema import (
     GatewayTable,
     Path,
     SettingsTable,
@@ -64,8 +64,8 @@ from .._schema import (
     locate_lines,
     parse_path,
 )
-from .._suggest import hint, keys_at
-from ..plugins import PLUGIN_ERROR, Plugins, installed
+from ._secrets import hidden_values, refusal, scrub, secret_name_reason
+from ._suggest import hint, keys_at
 
 __all__ = [
     "ConfigError",
