@@ -65,9 +65,10 @@ def test_the_walk_sees_the_packages_it_checks() -> None:
     modules = _modules(llmrt.actors)
     assert {"llmrt.actors._call", "llmrt.actors.app.config", "llmrt.actors.app.cli"} <= set(modules)
     assert {"llmrt.adapters.openai_chat", "llmrt.adapters.demo"} <= _concrete_adapters()
-    # The walk resolves relative imports: config's `from .._runtime import` is seen.
+    # The walk resolves relative imports: config's `from ..._runtime import` is seen
+    # (in config._register, where registering into a runtime moved).
     assert "llmrt.actors._runtime" in _imports(
-        "llmrt.actors.app.config", modules["llmrt.actors.app.config"]
+        "llmrt.actors.app.config._register", modules["llmrt.actors.app.config._register"]
     )
     # And it would catch a concrete import: the adapters' own modules have them.
     adapter_file = pathlib.Path(llmrt.adapters.__path__[0]) / "openai_chat.py"
