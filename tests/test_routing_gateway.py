@@ -16,8 +16,8 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt import ErrorCode, LlmError
-from llmrt.actors.app.client import open_gateway_client
-from llmrt.actors.app.routes import format_routes
+from llmrt.actors.app.cli.routes import format_routes
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, serve_gateway
 from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
 from llmrt.actors.routing import Deployment, Group

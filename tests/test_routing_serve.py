@@ -29,7 +29,7 @@ from _serving import http_get, metric, poll
 
 import llmrt
 from llmrt import ErrorCode, FinishError, FinishStop
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.testing import RecordedRequest, Script, Upstream
 
 STARTUP = 60.0

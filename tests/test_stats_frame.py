@@ -12,9 +12,9 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt.actors._stats import ConnectionPool, StatsCounters
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import serve_gateway
 from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 

@@ -28,7 +28,8 @@ from ..gateway._metrics import Figures
 from . import config as configuration
 from ._collector import tune_for_serving
 from ._setup import configured_runtime
-from .cli import parse_args, serve_middleware, serve_options, stop_gateway
+from .cli import parse_args
+from .cli._serving import serve_middleware, serve_options, stop_gateway
 
 __all__ = ["run_worker", "worker_main"]
 

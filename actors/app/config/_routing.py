@@ -4,20 +4,19 @@ The tables decode straight into `llmrt.actors.routing.Group` and
 `RoutingSettings` (the schema, with ``forbid_unknown_fields``, is theirs);
 `check_routing` applies the checks types cannot express, the same ones
 `LlmRuntime.register_groups` applies (`groups_problem`), against every
-route the configuration registers, and reports each at its line.
-`register_routing` registers the groups after the routes.
+route the configuration registers, and reports each at its line
+(`_register.register_config` registers the groups after the routes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from .._runtime import LlmRuntime
-from ..routing import BUILTIN_STRATEGIES, Group, GroupsHandle, RoutingSettings
-from ..routing._spec import groups_problem, settings_problem
+from ...routing import BUILTIN_STRATEGIES, Group, RoutingSettings
+from ...routing._spec import groups_problem, settings_problem
 from ._schema import Path
 
-__all__ = ["check_routing", "register_routing"]
+__all__ = ["check_routing"]
 
 
 def check_routing(
@@ -33,12 +32,3 @@ def check_routing(
     if problem is not None:
         raise error(*problem)
     return tuple(groups), settings
-
-
-async def register_routing(
-    runtime: LlmRuntime, groups: Sequence[Group], settings: RoutingSettings
-) -> GroupsHandle | None:
-    """Register the configuration's groups (None when it has none). A checkpoint."""
-    if not groups:
-        return None
-    return await runtime.register_groups(groups, settings=settings)

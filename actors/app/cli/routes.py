@@ -2,27 +2,33 @@
 
 With ``--via`` it asks a gateway for its statistics (the ``stats`` frame,
 summed over its workers); without, it loads the configuration into an
-in-process runtime (which checks it) and shows the groups as they start. The
-command line (`llmrt.actors.app.cli`) adds the parser with `configure` and
-runs `run`, passing how to reach a gateway and how to build a runtime, so
-this module does not import it.
+in-process runtime (which checks it) and shows the groups as they start.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
+import trio
 
-from .. import _runtime
-from ..gateway._snapshot import StatisticsValue, statistics_value
-from ..routing import DeploymentStatistics, RoutingStatistics
-from . import config as configuration
+from ...gateway._snapshot import StatisticsValue, statistics_value
+from ...routing import DeploymentStatistics, RoutingStatistics
+from ._command import Streams
+from ._options import connect_timeout_option, token_env_option, via_option
 
-__all__ = ["format_routes", "run"]
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["add_arguments", "format_routes", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    via_option(parser, "ask a gateway (ws://host:port/)")
+    token_env_option(parser)
+    parser.add_argument("--json", action="store_true", help="the routing statistics as JSON")
+    connect_timeout_option(parser)
 
 
 def _limit(used: int, limit: int | None) -> str:
@@ -65,20 +71,21 @@ def format_routes(value: StatisticsValue) -> list[str]:
     return lines
 
 
-async def run(
-    args: argparse.Namespace,
-    config: configuration.Config,
-    out: TextIO,
-    *,
-    connect: Callable[[], AbstractAsyncContextManager[Any]],
-    runtime: Callable[[configuration.Config], AbstractAsyncContextManager[_runtime.LlmRuntime]],
+def run(args: argparse.Namespace, config: Config, streams: Streams) -> int:
+    """The routing groups of a gateway (``--via``) or of ``config`` in a runtime."""
+    return trio.run(_routes, args, config, streams.out, streams.environ)
+
+
+async def _routes(
+    args: argparse.Namespace, config: Config, out: TextIO, environ: dict[str, str]
 ) -> int:
-    """``llmrt routes``: ``connect()`` opens the ``--via`` client, ``runtime(config)`` a runtime."""
+    from .._setup import configured_runtime, gateway_client
+
     if args.via:
-        async with connect() as client:
+        async with gateway_client(args, environ) as client:
             value: StatisticsValue = await client.stats()
     else:
-        async with runtime(config) as rt:
+        async with configured_runtime(config, environ=environ) as rt:
             value = statistics_value(rt.statistics())
     if args.json:
         routing = value.routing or RoutingStatistics()

@@ -5,7 +5,7 @@ snake_case keys and ``forbid_unknown_fields`` so a typo is an error, not a
 silently ignored setting. A ``[[provider]]`` entry is the config Struct of
 its adapter (`llmrt.adapters.plugin.AdapterConfig`, one per installed
 adapter); checks types cannot express (routes, retry values) live in
-`llmrt.actors.app.config`.
+`llmrt.actors.app.config._validate`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import msgspec
 
 from llmrt.adapters.plugin import AdapterConfig, Path
 
-from ..routing import Group, RoutingSettings
+from ...routing import Group, RoutingSettings
 
 __all__ = [
     "file_table",
