@@ -155,11 +155,22 @@ async def test_summed_counters_never_go_down_between_scrapes(tmp_path: Path) -> 
         scrapes: list[str] = []
         kills_done = trio.Event()
 
+        def started(text: str) -> float:
+            samples = counter_samples(text).items()
+            return sum(v for (name, _), v in samples if name == "llmrt_calls_started_total")
+
+        def traffic_seen() -> bool:
+            # The figures are published with up to about two seconds of lag (a
+            # snapshot a second, a rendered text a second): scrape until the
+            # traffic shows, not for a fixed count that a slow machine outruns.
+            return len(scrapes) > 1 and started(scrapes[-1]) - started(scrapes[0]) >= 40
+
         async def scraper() -> None:
             # One scraper, one scrape after another, as Prometheus does; it lands
-            # on either worker. Until the kills are done, and 20 scrapes more.
+            # on either worker. Until the kills are done, then 20 scrapes more
+            # and until the traffic shows in them.
             after = 0
-            while after < 20:
+            while after < 20 or not traffic_seen():
                 # A scrape whose worker was killed under it fails: Prometheus
                 # records a failed scrape, and this test skips it.
                 with contextlib.suppress(trio.BrokenResourceError, IndexError):
@@ -199,10 +210,5 @@ async def test_summed_counters_never_go_down_between_scrapes(tmp_path: Path) -> 
             previous = current
         assert drops == [], f"{len(drops)} drops over {len(scrapes)} scrapes: {drops[:5]}"
 
-        # The scrapes did see the traffic (published with up to about two
-        # seconds of lag: a snapshot a second, a rendered text a second).
-        def started(text: str) -> float:
-            samples = counter_samples(text).items()
-            return sum(v for (name, _), v in samples if name == "llmrt_calls_started_total")
-
+        # The scrapes did see the traffic.
         assert started(scrapes[-1]) - started(scrapes[0]) >= 40
