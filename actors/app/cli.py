@@ -18,7 +18,7 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, TypedDict
 
 import trio
@@ -30,8 +30,10 @@ from llmrt._helpers import sole_exception
 if TYPE_CHECKING:
     from llmrt.adapters.plugin import ModelSpec
 
+    # The stats frame's value is the runtime's statistics (one shape).
+    from .._statistics import HistogramSnapshot as HistogramValue
+    from .._statistics import RuntimeStatistics as StatisticsValue
     from ..gateway import GatewayServer, Limits
-    from ..gateway._snapshot import HistogramValue, StatisticsValue
     from . import config as configuration
     from ._schema import GatewayTable
 
@@ -353,8 +355,8 @@ async def _serve_workers(
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    from .._workers import supervise
     from ..gateway._server import _is_loopback
+    from .workers import supervise
 
     token = serve_options(args, config, environ)["token"]
     if token is None and not _is_loopback(args.host):
@@ -611,7 +613,7 @@ async def _show_models(
 # ---- stats -------------------------------------------------------------------------------
 
 
-def _counts(counts: dict[str, int]) -> str:
+def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{name or '-'} {n}" for name, n in sorted(counts.items())) or "none"
 
 
@@ -675,8 +677,6 @@ async def _stats(
         async with gateway_client(args, environ) as client:
             value = await client.stats()
     else:
-        from ..gateway._snapshot import statistics_value
-
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")
         async with configured_runtime(config) as rt:
@@ -687,7 +687,7 @@ async def _stats(
                 async with rt.stream(options) as call:
                     async for _chunk in call:
                         pass
-            value = statistics_value(rt.statistics())
+            value = rt.statistics()
     if args.json:
         import msgspec
 

@@ -59,6 +59,7 @@ from llmrt import (
 from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
 
+from .._statistics import RuntimeStatistics
 from .._tracecontext import valid_traceparent
 from ..gateway._counters import payload_bytes
 from ..gateway._protocol import (
@@ -89,7 +90,6 @@ from ..gateway._protocol import (
     StatsFrame,
     ends_request,
 )
-from ..gateway._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
@@ -404,7 +404,7 @@ class GatewayClient:
         models: tuple[DiscoveredModel, ...] = self._decode(raw, tuple[DiscoveredModel, ...])
         return models
 
-    async def stats(self) -> StatisticsValue:
+    async def stats(self) -> RuntimeStatistics:
         """The gateway's statistics snapshot (its runtime's and its own figures).
 
         Raises `LlmError` (``NETWORK``; ``BAD_FRAME`` from a gateway that
@@ -412,7 +412,7 @@ class GatewayClient:
         """
         rid = f"r{next(self._ids)}"
         raw = await self._request(rid, StatsFrame(id=rid))
-        value: StatisticsValue = self._decode(raw, StatisticsValue)
+        value: RuntimeStatistics = self._decode(raw, RuntimeStatistics)
         return value
 
     # ---- internals ---------------------------------------------------------------------------

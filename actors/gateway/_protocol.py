@@ -319,7 +319,7 @@ class PingFrame(_Frame, frozen=True, tag="ping"):
 
 
 class StatsFrame(_Frame, frozen=True, tag="stats"):
-    """Ask for the statistics snapshot (answered by a ``result``: a ``StatisticsValue``)."""
+    """Ask for the statistics snapshot (answered by a ``result``: a ``RuntimeStatistics``)."""
 
     id: _Id
 
