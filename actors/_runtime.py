@@ -498,7 +498,7 @@ class LlmRuntime:
     def resolve_image_attachment_access(
         self, image: ImageAttachmentRef | ImageBlock, to_world: Callable[[str], str | None]
     ) -> ImageAttachmentAccess | None:
-        """`llmrt.resolve_image_attachment_access` through this runtime's image store.
+        """`llmrt.images.resolve_image_attachment_access` through this runtime's image store.
 
         None when the runtime has no store. The image is not changed.
         """
@@ -693,7 +693,7 @@ async def open_runtime(
     if not isinstance(channel_size, int) or channel_size < 1:
         raise ValueError(f"channel_size must be a positive integer, got {channel_size!r}")
     if image_attachments is not None and not isinstance(image_attachments, ImageAttachments):
-        raise TypeError("image_attachments must be an llmrt.ImageAttachments")
+        raise TypeError("image_attachments must be an llmrt.images.ImageAttachments")
     try:
         async with trio.open_nursery() as nursery:
             registry = Registry(drain_timeout=drain_timeout)

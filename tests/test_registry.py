@@ -19,22 +19,19 @@ import llmrt
 from llmrt import (
     AlwaysRetryPolicy,
     BlockStart,
-    ConfigurableProvider,
-    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishAborted,
     FinishError,
     FinishStop,
     LlmError,
-    ModelDiscoveryRequest,
     NormalRetryPolicy,
-    ProviderInfo,
     ResolvedRetryPolicy,
     StreamChunk,
     TextDelta,
     default_retry_policy,
 )
+from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest, ProviderInfo
 from llmrt.adapters.scripted import Delay, ScriptedAdapter, Stall, Step, text_script
 
 _routes = itertools.count()

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, TypedDict
 import trio
 
 import llmrt
-from llmrt import ErrorCode, GenerateOptions, LlmError, Middleware, ModelDiscoveryRequest
+from llmrt import ErrorCode, GenerateOptions, LlmError, Middleware
 from llmrt._helpers import sole_exception
+from llmrt.adapter import ModelDiscoveryRequest
 
 if TYPE_CHECKING:
     from llmrt.adapters.plugin import ModelSpec
@@ -577,7 +578,7 @@ async def _models(
 
 async def _show_models(
     route: str,
-    directory: Sequence[llmrt.ConfigurableProvider],
+    directory: Sequence[llmrt.adapter.ConfigurableProvider],
     live: set[str],
     discover: Callable[[str, ModelDiscoveryRequest], Any],
     list_models: Callable[[str], Any],

@@ -40,24 +40,21 @@ from trio_websocket import (
 
 from llmrt import (
     AttemptChunk,
-    ConfigurableProvider,
     DecodeError,
-    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishError,
     GenerateOptions,
     LlmError,
     LlmFailure,
-    ModelDiscoveryRequest,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
 )
 from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
+from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest, ProviderInfo
 
 from .._statistics import RuntimeStatistics
 from .._tracecontext import valid_traceparent

@@ -36,13 +36,11 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 from llmrt import (
     AttemptChunk,
     DecodeError,
-    DiscoveredModel,
     ErrorCode,
     GenerateOptions,
     LlmError,
     ModelInfo,
     ReasoningDelta,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
@@ -51,6 +49,7 @@ from llmrt import (
     ToolCallDelta,
 )
 from llmrt._egress import OUTBOUND
+from llmrt.adapter import DiscoveredModel, Redactor
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
