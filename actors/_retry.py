@@ -30,7 +30,7 @@ from typing import NoReturn, Protocol
 import attrs
 import trio
 
-from llmrt._chunks import Finish, FinishAborted, FinishError, UsageChunk
+from llmrt._chunks import Finish, FinishAborted, FinishError, StreamChunk, UsageChunk
 from llmrt._errors import ErrorCode, LlmFailure
 from llmrt._request import GenerateOptions
 from llmrt._retry import (
@@ -45,10 +45,11 @@ from llmrt._retry import (
 from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
-from ._call import Call, aborted_message
+from ._call import aborted_message
 from ._misuse import RETRY_FORM, not_entered, not_in_trio
 
 __all__ = [
+    "Attempt",
     "RetryCall",
     "RetryHost",
     "StartAttempt",
@@ -106,8 +107,23 @@ def retry_delay_ms(
     return backoff_delay_ms(policy, retries_done + 1, rng)
 
 
+class Attempt(Protocol):
+    """One attempt as the executor drives it: a `Call`, or a call to a routing group."""
+
+    @property
+    def retry_policy(self) -> ResolvedRetryPolicy | None: ...
+
+    async def __aenter__(self) -> Attempt: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def __anext__(self) -> StreamChunk: ...
+
+    def abort(self, reason: str | None = None) -> None: ...
+
+
 #: Starts one attempt: what `LlmRuntime.stream` does, given to the retry executor.
-StartAttempt = Callable[[GenerateOptions, AbortSignal | None], Call]
+StartAttempt = Callable[[GenerateOptions, AbortSignal | None], Attempt]
 
 
 class RetryHost(Protocol):
@@ -141,7 +157,7 @@ class RetryCall:
     _max_retry_after_ms: float
     #: The attempt in progress (1-based); 0 before the first.
     attempt: int = attrs.field(default=0, init=False)
-    _call: Call | None = attrs.field(default=None, init=False)
+    _call: Attempt | None = attrs.field(default=None, init=False)
     _output: bool = attrs.field(default=False, init=False)
     _pending_delay: float | None = attrs.field(default=None, init=False)
     _abort: FinishAborted | None = attrs.field(default=None, init=False)

@@ -65,6 +65,9 @@ from ._stats import CallSeries, StatsCounters
 from ._stopper import Stopper
 from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
+from .routing import Group, GroupsHandle, RoutedCall, RoutingSettings, Strategy
+from .routing._handle import register_groups
+from .routing._router import Router
 
 __all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
 
@@ -127,6 +130,8 @@ class RuntimeCore:
     calls: set[Call] = attrs.field(factory=set)
     #: Routes' model lists, for asks that accept a kept one (`LlmRuntime.list_models`).
     model_lists: ModelListCache = attrs.field(factory=ModelListCache)
+    #: The routing groups and their deployments' state (docs/routing.md).
+    router: Router = attrs.field(factory=Router)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
@@ -221,12 +226,16 @@ class RuntimeCore:
         # The watchdog counts its own firings; the snapshot reports them with the rest.
         stats.watchdog_firings = self.watchdog.firings
         pools = _connection_pools(self.registry.topology)
-        return stats.snapshot(self.registry.registration_count, pools)
+        snapshot = stats.snapshot(self.registry.registration_count, pools)
+        if not self.router.plans:
+            return snapshot
+        return msgspec.structs.replace(snapshot, routing=self.router.statistics())
 
     async def shutdown(self, grace: float) -> None:
         """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
         self.closing = True
         self.shutting_down.set()
+        self.router.close()
         for call in list(self.calls):
             call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
         if self.calls:
@@ -270,7 +279,7 @@ class PreparedCall:
             )
         self._used = True
         target = PreparedTarget(self._route, self.config, self.input_modalities)
-        return self._runtime._stream(options, signal, target)
+        return self._runtime._prepared(options, signal, target)
 
     async def complete(
         self, options: GenerateOptions, *, signal: AbortSignal | None = None
@@ -292,7 +301,9 @@ class LlmRuntime:
 
     # ---- calls ---------------------------------------------------------------------------
 
-    def stream(self, options: GenerateOptions, *, signal: AbortSignal | None = None) -> Call:
+    def stream(
+        self, options: GenerateOptions, *, signal: AbortSignal | None = None
+    ) -> Call | RoutedCall:
         """Stream one call: ``async with rt.stream(options) as call: async for chunk in call``.
 
         Every call ends with exactly one terminal `Finish`. Adapter, lookup and
@@ -301,6 +312,8 @@ class LlmRuntime:
         I/O, as the gateway refuses it); abort (``call.abort()`` or ``signal``)
         as an ``aborted`` finish. Middleware exceptions are raised from the
         iteration. Iterating without ``async with`` raises `CallNotEnteredError`.
+        A provider that names a routing group (`register_groups`) gives a
+        `RoutedCall`: the same shape, one attempt per deployment tried.
 
         Not every step of the iteration is a checkpoint: a chunk that is
         already buffered is returned without yielding to the scheduler (there
@@ -314,9 +327,24 @@ class LlmRuntime:
 
     def _stream(
         self, options: GenerateOptions, signal: AbortSignal | None, target: PreparedTarget | None
+    ) -> Call | RoutedCall:
+        core = self._core
+        if target is None and core.router.plans:
+            plan = core.router.plans.get(options.provider)
+            if plan is not None:
+                return RoutedCall(core.router, core, self._attempt, options, signal, plan)
+        return Call(core, options, signal, target, core.default_idle_timeout)
+
+    def _prepared(
+        self, options: GenerateOptions, signal: AbortSignal | None, target: PreparedTarget
     ) -> Call:
         core = self._core
         return Call(core, options, signal, target, core.default_idle_timeout)
+
+    def _attempt(self, options: GenerateOptions) -> Call:
+        """One attempt of a routed call: a plain call to the deployment's route."""
+        core = self._core
+        return Call(core, options, None, None, core.default_idle_timeout)
 
     def stream_with_retry(
         self,
@@ -354,7 +382,9 @@ class LlmRuntime:
         )
         return RetryCallContext(call)
 
-    def _start_attempt(self, options: GenerateOptions, signal: AbortSignal | None) -> Call:
+    def _start_attempt(
+        self, options: GenerateOptions, signal: AbortSignal | None
+    ) -> Call | RoutedCall:
         return self._stream(options, signal, None)
 
     async def complete(
@@ -442,15 +472,63 @@ class LlmRuntime:
             "stream_idle_timeout",
             self._core.default_idle_timeout if stream_idle_timeout is None else stream_idle_timeout,
         )
+        plans = self._core.router.plans
+        if plans and isinstance(providers, Sequence) and not isinstance(providers, str | bytes):
+            groups = [name for name in providers if isinstance(name, str) and name in plans]
+            if groups:
+                raise LlmError(
+                    ErrorCode.DUPLICATE_ADAPTER,
+                    f"provider route {groups[0]!r} is the name of a routing group",
+                )
         return await self._core.registry.register(providers, adapter, idle)
 
+    async def register_groups(
+        self,
+        groups: Sequence[Group],
+        *,
+        settings: RoutingSettings | None = None,
+        strategies: Mapping[str, Strategy] | None = None,
+    ) -> GroupsHandle:
+        """Register routing groups: each a provider name served by its deployments.
+
+        The set is validated whole against the routes registered now (each
+        deployment's ``route``), the other sets' groups and the strategies
+        (the built-ins and ``strategies``, the application's own by name),
+        then published at once; the handle ``replace``s it atomically or
+        ``dispose``s of it. ``settings.redis`` keeps cooldowns, counters and
+        in-flight counts in Redis for every process (docs/routing.md).
+        Raises `LlmError` ``INVALID_PROVIDER``. A checkpoint.
+        """
+        core = self._core
+        return await register_groups(
+            core.router, core.nursery, lambda: core.routes.keys(), groups, settings, strategies
+        )
+
     def list_providers(self) -> tuple[ProviderInfo, ...]:
-        """Registered provider routes, in registration order. Reads the published snapshot."""
-        return tuple(route.info for route in self._core.registry.topology.routes.values())
+        """Registered provider routes, in registration order, then the routing groups.
+
+        Reads the published snapshots.
+        """
+        routes = tuple(route.info for route in self._core.registry.topology.routes.values())
+        plans = self._core.router.plans
+        if not plans:
+            return routes
+        return routes + tuple(
+            ProviderInfo(id=name, name=f"{name} (group of {len(plan.states)})")
+            for name, plan in plans.items()
+        )
 
     def _route(self, provider: str) -> Route:
         route = self._core.registry.topology.routes.get(provider)
         if route is None:
+            plan = self._core.router.plans.get(provider)
+            if plan is not None:
+                routes = ", ".join(dict.fromkeys(state.route for state in plan.states))
+                raise LlmError(
+                    ErrorCode.NO_ADAPTER,
+                    f"provider {provider!r} is a routing group, which has no adapter of its "
+                    f"own: ask one of its deployments' routes ({routes})",
+                )
             raise LlmError(ErrorCode.NO_ADAPTER, self._core.no_adapter_message(provider))
         return route
 
@@ -596,6 +674,12 @@ class LlmRuntime:
         asked every time. Raises ``NO_ADAPTER``, or ``INVALID_MODEL_INFO`` for
         a malformed answer. A checkpoint.
         """
+        plan = self._core.router.plans.get(provider)
+        if plan is not None:
+            await trio.lowlevel.checkpoint()
+            # The group chooses the model: its deployments' models, as the group's.
+            seen = dict.fromkeys(state.model for state in plan.states)
+            return tuple(ModelInfo(provider=provider, id=model, name=model) for model in seen)
         route = self._route(provider)
         adapter = route.registration.adapter
         if not max_age > 0:
@@ -657,7 +741,7 @@ def _check_config(config: LlmCallConfig) -> None:
         raise LlmError(ErrorCode.INVALID_REQUEST, invalid)
 
 
-def retry_policy_of(call: Call) -> ResolvedRetryPolicy | None:
+def retry_policy_of(call: Call | RoutedCall) -> ResolvedRetryPolicy | None:
     """The retry policy of the registration that serves ``call``; None before it is selected.
 
     Captured when the call selected its registration, so replacing or

@@ -17,7 +17,7 @@ camelCase JSON, and
 Lookups by label: `RuntimeStatistics.provider`, `time_to_first_chunk_of`,
 `call_duration_of`, `pool`, and `ProviderStatistics.finished`.
 
-Adding a section (per-deployment routing figures, say):
+Adding a section (as `routing` was added):
 
 1. define its Structs here, subclasses of `_Value` with labelled entries, so
    the tree decodes without importing whatever produces it;
@@ -46,12 +46,16 @@ __all__ = [
     "ABORT_BUCKETS",
     "LATENCY_BUCKETS",
     "ConnectionPool",
+    "DeploymentStatistics",
     "FinishedCount",
     "GatewayStatistics",
+    "GroupStatistics",
     "HistogramSnapshot",
     "ModelHistogram",
     "ProviderStatistics",
+    "RoutingStatistics",
     "RuntimeStatistics",
+    "SharedStateStatistics",
     "read_only",
 ]
 
@@ -187,6 +191,87 @@ class GatewayStatistics(_Value, frozen=True):
         _freeze(self, "refused", "http_requests")
 
 
+class DeploymentStatistics(_Value, frozen=True):
+    """One deployment of a routing group (``docs/routing.md``), labelled by group and id."""
+
+    group: str
+    route: str
+    model: str
+    tier: int
+    weight: float
+    #: Attempts of this process (summed: of every process) on the deployment now.
+    in_flight: int
+    #: True when the figures below came from Redis (every process's), not this process's.
+    shared: bool
+    cooling: bool
+    #: Seconds of cooldown left (0 when not cooling).
+    cooling_for: float
+    #: Times the deployment was cooled (by this process's calls).
+    cooldowns: int
+    #: Attempts dispatched here, and calls it served (its content reached the consumer).
+    attempts: int
+    served: int
+    #: Attempts that moved on to another deployment, by the code that ended them.
+    failovers: Mapping[str, int] = msgspec.field(default_factory=dict)
+    #: EWMA of the time to first chunk (None: not measured yet).
+    latency: float | None = None
+    rpm_used: int = 0
+    tpm_used: int = 0
+    rpm: int | None = None
+    tpm: int | None = None
+    max_in_flight: int | None = None
+
+    def __post_init__(self) -> None:
+        _freeze(self, "failovers")
+
+    @property
+    def id(self) -> str:
+        return f"{self.route}/{self.model}"
+
+
+class GroupStatistics(_Value, frozen=True):
+    """One routing group: its calls and its deployments, in the group's order."""
+
+    name: str
+    strategy: str
+    #: Calls made to the group.
+    calls: int
+    #: Calls waiting for a deployment now.
+    waiting: int
+    #: Calls the router ended ``RATE_LIMIT`` (nothing available within the wait).
+    rate_limited: int
+    #: Calls moved to the ``context_fallback`` group.
+    context_fallbacks: int
+    deployments: tuple[DeploymentStatistics, ...]
+
+
+class SharedStateStatistics(_Value, frozen=True):
+    """Redis as the routing state's home: how many processes use it now, how it failed."""
+
+    #: Processes whose calls use Redis now (0 or 1 per process; summed over workers).
+    shared: int
+    #: Processes configured with Redis.
+    processes: int
+    #: Round trips that failed or timed out.
+    errors: int
+    #: Times a process went from Redis to local state.
+    degradations: int
+    round_trips: int
+
+
+class RoutingStatistics(_Value, frozen=True):
+    """The `RuntimeStatistics.routing` section: groups in registration order.
+
+    Times are seconds; ``coolingFor`` is what was left of a cooldown when the
+    snapshot was taken. Workers' sections add up in
+    ``llmrt.actors.routing._stats`` (`merge_routing`, `retired_routing`).
+    """
+
+    groups: tuple[GroupStatistics, ...] = ()
+    #: None: routing state is local (no ``[routing] redis``).
+    shared_state: SharedStateStatistics | None = None
+
+
 def _no_aborts() -> HistogramSnapshot:
     return HistogramSnapshot(bounds=ABORT_BUCKETS[:-1], counts=(0,) * len(ABORT_BUCKETS))
 
@@ -241,6 +326,8 @@ class RuntimeStatistics(_Value, frozen=True):
     connection_pools: tuple[ConnectionPool, ...] = ()
     #: The gateway's own figures, when a gateway answers (a ``stats`` frame, ``/metrics``).
     gateway: GatewayStatistics | None = None
+    #: Routing groups and their deployments (None: no group is registered).
+    routing: RoutingStatistics | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "calls_finished", "failures_by_code", "retries_by_code", "attempts_per_call")

@@ -20,7 +20,7 @@ import time
 import trio
 
 import llmrt
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 OPTIONS = llmrt.GenerateOptions(
     provider="fast", model="demo-1", messages=(llmrt.user_message("hello"),)

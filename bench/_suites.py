@@ -198,6 +198,22 @@ SUITES: tuple[Suite, ...] = (
         },
     ),
     Suite(
+        "routing",
+        "bench_routing.py",
+        "routing decision per call (local, Redis), failover 429 -> next first byte beside LiteLLM",
+        (),
+        ("--quick",),
+        "routing.json",
+        "routing-quick.json",
+        quick_sizes={
+            "decisions": 5_000,
+            "repeats": 2,
+            "calls": 100,
+            "redis_calls": 100,
+            "failovers": 10,
+        },
+    ),
+    Suite(
         "hostile",
         "bench_hostile.py",
         "event-loop stall and RSS while a call meets each hostile upstream",

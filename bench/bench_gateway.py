@@ -53,8 +53,8 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import ScriptedAdapter, Stall, text_script
 
 

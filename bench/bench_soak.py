@@ -67,8 +67,8 @@ from llmrt import (
     StreamChunk,
     user_message,
 )
-from llmrt.actors.app.client import GatewayClient, open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import GatewayClient, open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.scripted import Delay, Raise, ScriptedAdapter, Stall, text_script

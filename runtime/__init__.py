@@ -6,8 +6,9 @@ the `BlockAssembler` and the `Adapter` contract live here; the runtime itself
 re-exported below. This namespace holds what a program calls or types to make
 calls and read their streams; the rest has a public module of its own:
 `llmrt.images` (attachments, offloading, projection, pricing),
-`llmrt.vocabulary` (registering kinds, block-type checks, request features),
-`llmrt.adapter` (what implementing an adapter needs), `llmrt.testing`.
+`llmrt.vocabulary` (registering kinds, message ids, block-type checks, request
+features), `llmrt.adapter` (what implementing an adapter needs),
+`llmrt.testing`; a call's retry policy is `llmrt.actors.retry_policy_of`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ._chunks import FinishReason as FinishReason
 from ._chunks import FinishStop as FinishStop
 from ._chunks import FinishToolCalls as FinishToolCalls
 from ._chunks import ReasoningDelta as ReasoningDelta
+from ._chunks import RoutedAttempt as RoutedAttempt
+from ._chunks import Routing as Routing
 from ._chunks import StreamChunk as StreamChunk
 from ._chunks import TextDelta as TextDelta
 from ._chunks import TokenUsage as TokenUsage
@@ -50,7 +53,6 @@ from ._content import ToolCallBlock as ToolCallBlock
 from ._content import ToolResultBlock as ToolResultBlock
 from ._content import ToolSource as ToolSource
 from ._content import UserSource as UserSource
-from ._content import new_message_id as new_message_id
 from ._content import system_message as system_message
 from ._content import tool_result_message as tool_result_message
 from ._content import user_message as user_message
@@ -103,7 +105,6 @@ from .actors import PreparedCall as PreparedCall
 from .actors import RegistrationHandle as RegistrationHandle
 from .actors import RuntimeStatistics as RuntimeStatistics
 from .actors import open_runtime as open_runtime
-from .actors import retry_policy_of as retry_policy_of
 
 __all__ = [
     "DEFAULT_RETRYABLE_CODES",
@@ -158,6 +159,8 @@ __all__ = [
     "RetryEvent",
     "RetryScheduled",
     "Role",
+    "RoutedAttempt",
+    "Routing",
     "RuntimeStatistics",
     "StreamChunk",
     "TextBlock",
@@ -180,9 +183,7 @@ __all__ = [
     "encode",
     "encode_into",
     "failure_of",
-    "new_message_id",
     "open_runtime",
-    "retry_policy_of",
     "system_message",
     "tool_result_message",
     "user_message",

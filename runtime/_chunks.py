@@ -29,6 +29,8 @@ __all__ = [
     "ToolCallDelta",
     "BlockEnd",
     "UsageChunk",
+    "RoutedAttempt",
+    "Routing",
     "Finish",
     "StreamChunk",
 ]
@@ -114,11 +116,42 @@ class UsageChunk(Wire, frozen=True, tag_field="type", tag="usage"):
     usage: TokenUsage
 
 
+class RoutedAttempt(Wire, frozen=True):
+    """One deployment a routed call tried: its route and model, and how the attempt ended.
+
+    ``code`` is the failure code that ended the attempt (``RATE_LIMIT``,
+    ``TIMEOUT`` for a missed first-chunk deadline, ...); None when it ended
+    without one (it served the answer).
+    """
+
+    group: str
+    route: str
+    model: str
+    code: str | None = None
+
+
+class Routing(Wire, frozen=True):
+    """Which deployment of a group served a call, and every attempt before it.
+
+    Set on the ``finish`` of a call to a routing group (docs/routing.md):
+    ``route`` and ``model`` name the deployment whose finish this is (None
+    when no deployment was dispatched, e.g. a ``RATE_LIMIT`` before any);
+    ``attempts`` lists the deployments tried, in order, the last one included.
+    """
+
+    group: str
+    route: str | None = None
+    model: str | None = None
+    attempts: tuple[RoutedAttempt, ...] = ()
+
+
 class Finish(Wire, frozen=True, tag_field="type", tag="finish"):
     """The terminal chunk of every call."""
 
     reason: FinishReason
     replay_state: ReplayEnvelope | None = None
+    #: Set only on calls to a routing group: the serving deployment and the attempts.
+    routing: Routing | None = None
 
 
 StreamChunk = (

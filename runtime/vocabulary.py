@@ -4,8 +4,10 @@ Three families are open to plugins (``docs/vocabulary.md``): content blocks,
 message sources and finish reasons. A kind is a frozen `Wire` Struct with
 the family's tag, registered at import time (`register_content_block`,
 `register_message_source`, `register_finish_reason`; the ``registered_*``
-functions list them). An adapter that has no form for a block type refuses
-the request (`require_block_types`; `BUILTIN_BLOCK_TYPES`). Optional request
+functions list them); a `Message` with a source of your own takes its id
+from `new_message_id`, as ``llmrt.user_message`` and the other builders do.
+An adapter that has no form for a block type refuses the request
+(`require_block_types`; `BUILTIN_BLOCK_TYPES`). Optional request
 features (`REQUEST_FEATURES`: `TOOL_CHOICE`, `JSON_SCHEMA`, `JSON_OBJECT`,
 `STRICT_TOOLS`) are what an adapter declares it sends; the runtime refuses a
 request needing another (`required_features`, `refuse_unsupported`).
@@ -17,6 +19,7 @@ the top-level ``llmrt`` namespace.
 from ._content import CONTENT_BLOCK_TYPES as CONTENT_BLOCK_TYPES
 from ._content import ContentBlockType as ContentBlockType
 from ._content import ContextSnapshotSection as ContextSnapshotSection
+from ._content import new_message_id as new_message_id
 from ._features import JSON_OBJECT as JSON_OBJECT
 from ._features import JSON_SCHEMA as JSON_SCHEMA
 from ._features import REQUEST_FEATURES as REQUEST_FEATURES
@@ -45,6 +48,7 @@ __all__ = [
     "ContentBlockType",
     "ContextSnapshotSection",
     "Wire",
+    "new_message_id",
     "refuse_unsupported",
     "register_content_block",
     "register_finish_reason",

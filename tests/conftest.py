@@ -1,6 +1,7 @@
 """Shared fixtures and helpers for the actor-core tests.
 
-Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`).
+Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`),
+``redis_server`` (a real redis-server for the session, see ``_redis.py``).
 Helpers (plain functions, ``from conftest import ...``): `make_options`,
 `collect`, `finish_reason`, `examples`.
 
@@ -12,11 +13,12 @@ quick to run while working; ``ci`` (what ``.ci/run`` sets) runs the full count.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from _redis import RedisServer
 from hypothesis import settings
 
 import llmrt
@@ -31,6 +33,19 @@ settings.load_profile(os.environ.get("LLMRT_HYPOTHESIS_PROFILE", "dev"))
 def examples(full: int) -> int:
     """A property test's example count: ``full`` under the ``ci`` profile, a fifth under ``dev``."""
     return max(10, full * settings().max_examples // 100)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, shared by the session's routing tests.
+
+    Tests that stop or restart Redis start their own (`RedisServer().start()`).
+    """
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

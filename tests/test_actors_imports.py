@@ -65,9 +65,10 @@ def test_the_walk_sees_the_packages_it_checks() -> None:
     modules = _modules(llmrt.actors)
     assert {"llmrt.actors._call", "llmrt.actors.app.config", "llmrt.actors.app.cli"} <= set(modules)
     assert {"llmrt.adapters.openai_chat", "llmrt.adapters.demo"} <= _concrete_adapters()
-    # The walk resolves relative imports: config's `from .._runtime import` is seen.
+    # The walk resolves relative imports: config's `from ..._runtime import` is seen
+    # (in config._register, where registering into a runtime moved).
     assert "llmrt.actors._runtime" in _imports(
-        "llmrt.actors.app.config", modules["llmrt.actors.app.config"]
+        "llmrt.actors.app.config._register", modules["llmrt.actors.app.config._register"]
     )
     # And it would catch a concrete import: the adapters' own modules have them.
     adapter_file = pathlib.Path(llmrt.adapters.__path__[0]) / "openai_chat.py"
@@ -109,3 +110,20 @@ def test_adapters_never_import_the_actors() -> None:
         for module, file in _modules(llmrt.adapters).items()
     }
     assert {m: names for m, names in offenders.items() if names} == {}
+
+
+def test_the_gateway_never_imports_the_application() -> None:
+    # The gateway and its client sit below ``llmrt.actors.app``: the client lives
+    # beside the protocol it speaks, and nothing of the gateway reaches up.
+    modules = _modules(llmrt.actors)
+    gateway = {m: f for m, f in modules.items() if m.startswith("llmrt.actors.gateway")}
+    assert "llmrt.actors.gateway.client" in gateway  # the walk sees the client
+    offenders = {
+        module: sorted(n for n in _imports(module, file) if n.startswith("llmrt.actors.app"))
+        for module, file in gateway.items()
+    }
+    assert {m: names for m, names in offenders.items() if names} == {}
+    # And it would catch one: the application's modules import the gateway's.
+    assert "llmrt.actors.gateway.client" in _imports(
+        "llmrt.actors.app._setup", modules["llmrt.actors.app._setup"]
+    )

@@ -21,8 +21,8 @@ from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import ErrorCode, LlmError
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 
 TOKEN = "connect-test-token-0123456789"

@@ -12,8 +12,8 @@ import trio
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, GenerateOptions
 from llmrt.actors.app.cli import main
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import ScriptedAdapter, Stall
 
 

@@ -44,7 +44,7 @@ def test_help_loads_no_configuration_and_no_command() -> None:
     for module in (
         "llmrt.actors.app.config",
         "llmrt.actors.app.plugins",
-        "llmrt.actors.app._call_command",
+        "llmrt.actors.app.cli.call",
         "llmrt.actors.gateway",
         "llmrt.adapters._http",
     ):
@@ -55,10 +55,51 @@ def test_a_call_loads_neither_the_gateway_nor_the_client(tmp_path: Path) -> None
     config = tmp_path / "fast.toml"
     config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
     modules = loaded("call", "hi", "--config", str(config))
-    assert "llmrt.actors.app._call_command" in modules  # it did run the call
+    assert "llmrt.actors.app.cli.call" in modules  # it did run the call
     gateway = sorted(m for m in modules if m.startswith("llmrt.actors.gateway"))
     assert gateway == []
-    assert "llmrt.actors.app.client" not in modules
+    assert "llmrt.actors.gateway.client" not in modules
+
+
+def test_a_command_line_loads_its_own_command_module_only(tmp_path: Path) -> None:
+    # The parser is built for the command the line names: the other commands'
+    # modules (their flags included) are never imported.
+    from llmrt.actors.app.cli import COMMANDS
+
+    every = {f"llmrt.actors.app.cli.{entry.module}" for entry in COMMANDS}
+    assert every & loaded("--help") == set()
+    config = tmp_path / "fast.toml"
+    config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
+    assert every & loaded("call", "hi", "--config", str(config)) == {"llmrt.actors.app.cli.call"}
+    assert every & loaded("serve", "--help") == {"llmrt.actors.app.cli.serve"}
+
+
+def test_every_command_module_has_the_command_shape() -> None:
+    import importlib
+    import inspect
+
+    from llmrt.actors.app.cli import COMMANDS, build_parser
+
+    assert [entry.name for entry in COMMANDS] == [
+        "serve",
+        "call",
+        "providers",
+        "models",
+        "stats",
+        "routes",
+    ]
+    for entry in COMMANDS:
+        module = importlib.import_module(f"llmrt.actors.app.cli.{entry.module}")
+        assert list(inspect.signature(module.add_arguments).parameters) == ["parser"]
+        assert list(inspect.signature(module.run).parameters) == ["args", "config", "streams"]
+        # Its parser takes its own arguments and every command's --config.
+        line = [entry.name, *_positionals(entry.name), "--config", "x.toml"]
+        args = build_parser(entry.name).parse_args(line)
+        assert (args.command, args.config) == (entry.name, "x.toml")
+
+
+def _positionals(command: str) -> list[str]:
+    return {"call": ["hi"], "models": ["demo"]}.get(command, [])
 
 
 def test_the_startup_bench_sums_top_level_imports_only() -> None:

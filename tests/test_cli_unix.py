@@ -24,8 +24,8 @@ from _serving import http_get, serving
 
 import llmrt
 from llmrt import AttemptChunk, Finish, FinishToolCalls, TextDelta
-from llmrt.actors.app._call_input import MAX_PROMPT_BYTES, MAX_TOOLS_FILE_BYTES
 from llmrt.actors.app.cli import main
+from llmrt.actors.app.cli._call_input import MAX_PROMPT_BYTES, MAX_TOOLS_FILE_BYTES
 from llmrt.testing import SSEScript, open_upstream, openai_events
 
 #: Real seconds per process: far above what a working run takes.

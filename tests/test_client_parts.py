@@ -18,10 +18,11 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, FinishStop, TextDelta, user_message
-from llmrt.actors.app import client as client_module
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits
+from llmrt.actors.gateway import client as client_module
 from llmrt.actors.gateway._protocol import JSON, ChunksFrame, HelloFrame, PartFrame
+from llmrt.actors.gateway._reassembly import PartsOverflow, Reassembly
+from llmrt.actors.gateway.client import open_gateway_client
 
 OPTIONS = llmrt.GenerateOptions(provider="p", model="m", messages=(user_message("hi"),))
 #: Every test ends well within this (a hang is the failure being tested for).
@@ -137,3 +138,18 @@ async def test_a_frame_in_parts_below_the_bound_arrives_whole(
 
     chunks, _ = await run_call(script)
     assert chunks == [TextDelta(index=0, text=text), Finish(reason=FinishStop())]
+
+
+def test_the_reassembly_holds_parts_within_its_bounds_without_a_socket() -> None:
+    # The client's reassembly is sans-I/O: frames in, the whole frame out.
+    parts = Reassembly(max_bytes=20, max_frames=1)
+    assert parts.add(PartFrame(id="a", data="whole")) == "whole"  # one part: nothing held
+    assert parts.add(PartFrame(id="a", data="ab", more=True)) is None
+    assert parts.add(PartFrame(id="a", data="cd")) == "abcd"
+    assert parts.add(PartFrame(id="a", data="ef", more=True)) is None
+    with pytest.raises(PartsOverflow, match="more than 1 frames"):
+        parts.add(PartFrame(id="b", data="", more=True))
+    with pytest.raises(PartsOverflow, match="above 20 bytes"):
+        parts.add(PartFrame(id="a", data="😀" * 5, more=True))  # 5 characters, 20 bytes
+    parts.clear()
+    assert parts.add(PartFrame(id="b", data="x", more=True)) is None  # the bound is free again

@@ -43,8 +43,8 @@ from llmrt import (
     ToolCallDelta,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import Delay, ScriptedAdapter, Stall, text_script
 
 USAGE = TokenUsage(input_tokens=3, output_tokens=5, reasoning_tokens=2)

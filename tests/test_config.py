@@ -20,7 +20,6 @@ from llmrt import (
     NormalRetryPolicy,
     TextDelta,
 )
-from llmrt.actors.app._schema import format_path, locate_lines, parse_path
 from llmrt.actors.app.config import (
     Config,
     ConfigError,
@@ -30,6 +29,7 @@ from llmrt.actors.app.config import (
     load_config,
     register_config,
 )
+from llmrt.actors.app.config._schema import format_path, locate_lines, parse_path
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import BUILTIN_DEMO_TOKENS_PER_SECOND, DemoAdapter
 from llmrt.adapters.openai_chat import ModelSpec, OpenAIChatAdapter

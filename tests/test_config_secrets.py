@@ -20,7 +20,6 @@ from _cli_process import kill, spawn_cli
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, GenerateOptions
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.app.config import (
     CONFIG_INVALID,
     Config,
@@ -30,6 +29,7 @@ from llmrt.actors.app.config import (
     load_config,
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapter import looks_like_secret
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 
@@ -204,3 +204,66 @@ async def test_llmrt_providers_refuses_the_file_and_prints_no_key(tmp_path: Path
     assert code == 2, (out, err)
     assert f"{path}:5: " in err and "looks like an API key" in err
     assert GROQ not in out + err and GROQ[:12] not in out + err
+
+
+# ---- --token-env: a name, never a token ----------------------------------------------------
+
+
+async def run_cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    cli = await spawn_cli(*argv, env=env)
+    try:
+        with trio.fail_after(30):
+            return await cli.finish()
+    finally:
+        await kill(cli)
+
+
+@pytest.mark.parametrize("key", KEYS)
+async def test_serve_refuses_a_token_pasted_as_token_env_and_never_shows_it(key: str) -> None:
+    # Before: the banner said "auth: on (bearer token from $<the token>)".
+    code, out, err = await run_cli("serve", "--port", "0", "--token-env", key, env={key: "x"})
+    assert code == 2, (out, err)
+    assert "argument --token-env: this looks like a token" in err
+    assert "(the value is not shown)" in err
+    assert key not in out + err and key[:12] not in out + err
+    assert "listening" not in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["call", "hi"], ["providers"], ["models", "demo"], ["stats"]],
+    ids=lambda command: command[0],
+)
+async def test_every_gateway_client_command_refuses_a_token_as_token_env(
+    command: list[str],
+) -> None:
+    # Refused before connecting: nothing listens on the --via port.
+    code, out, err = await run_cli(*command, "--via", "ws://127.0.0.1:9/", "--token-env", GROQ)
+    assert code == 2, (out, err)
+    # argparse's refusal is the last word: no connection was tried.
+    last = err.splitlines()[-1]
+    assert last.startswith(f"llmrt {command[0]}: error: argument --token-env: this looks like")
+    assert "cannot connect" not in err
+    assert GROQ not in out + err and GROQ[:12] not in out + err
+
+
+async def test_a_token_env_that_is_no_variable_name_is_refused_unquoted() -> None:
+    # Not key-shaped (spaces, too short), so only the name check catches it.
+    pasted = "hunter2 pass!"
+    code, out, err = await run_cli("serve", "--port", "0", "--token-env", pasted)
+    assert code == 2, (out, err)
+    assert "must be the NAME of an environment variable" in err
+    assert pasted not in out + err and "hunter2" not in out + err
+
+
+async def test_a_token_env_name_is_still_shown_in_the_banner() -> None:
+    cli = await spawn_cli(
+        "serve", "--port", "0", "--token-env", "MY_GATEWAY_TOKEN", env={"MY_GATEWAY_TOKEN": KEYS[2]}
+    )
+    try:
+        with trio.fail_after(30):
+            text = await cli.read_until("providers:")
+    finally:
+        await kill(cli)
+    assert "auth: on (bearer token from $MY_GATEWAY_TOKEN)" in text
+    assert KEYS[2] not in text

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmrt.actors.app._suggest import closest
 from llmrt.actors.app.config import CONFIG_INVALID, ConfigError, load_config
+from llmrt.actors.app.config._suggest import closest
 
 CASES = {
     "adapter": (

@@ -23,10 +23,10 @@ import trio
 
 import llmrt
 from llmrt import ErrorCode
-from llmrt.actors.app.cli import _gateway_limits
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.cli._serving import gateway_limits
 from llmrt.actors.app.config import Config, ConfigError, load_config, register_settings
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapter import ModelDiscoveryRequest
 from llmrt.testing import ErrorScript, open_upstream
 
@@ -193,7 +193,7 @@ def test_discover_allow_private_comes_from_the_gateway_table_and_needs_any_url(
         idle_timeout=None, max_connections_per_peer=None, max_pending_bytes=None,
         max_frame_bytes=None,
     )  # fmt: skip
-    limits = _gateway_limits(flags, load_config(path, environ={}).gateway)
+    limits = gateway_limits(flags, load_config(path, environ={}).gateway)
     assert limits.discover_any_url and limits.discover_allow_private
     assert Limits().discover_allow_private is False
     path.write_text("[gateway]\ndiscover_allow_private = true\n")

@@ -23,7 +23,6 @@ from test_discovery import KEY, OLLAMA_TAGS, closed_port, ollama_router
 import llmrt
 from llmrt import ErrorCode
 from llmrt.actors.app.cli import main
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.app.config import (
     Config,
     ConfigError,
@@ -33,6 +32,7 @@ from llmrt.actors.app.config import (
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._protocol import JSON, ClientFrame, DiscoverModelsFrame
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest
 from llmrt.adapters._presets import PRESETS
 from llmrt.testing import ErrorScript, SSEScript, open_upstream
@@ -398,7 +398,7 @@ def test_every_client_frame_is_documented() -> None:
 def test_discover_any_url_comes_from_the_gateway_table(tmp_path: pathlib.Path) -> None:
     from argparse import Namespace
 
-    from llmrt.actors.app.cli import _gateway_limits
+    from llmrt.actors.app.cli._serving import gateway_limits
 
     flags = Namespace(
         idle_timeout=None,
@@ -407,9 +407,9 @@ def test_discover_any_url_comes_from_the_gateway_table(tmp_path: pathlib.Path) -
         max_frame_bytes=None,
     )
     config = load_config(write(tmp_path, "[gateway]\ndiscover_any_url = true\n"), environ={})
-    assert _gateway_limits(flags, config.gateway).discover_any_url is True
+    assert gateway_limits(flags, config.gateway).discover_any_url is True
     config = load_config(write(tmp_path, ""), environ={})
-    assert _gateway_limits(flags, config.gateway).discover_any_url is False
+    assert gateway_limits(flags, config.gateway).discover_any_url is False
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, '[gateway]\ndiscover_any_url = "yes"\n'), environ={})
     assert info.value.line == 2

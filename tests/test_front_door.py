@@ -25,7 +25,6 @@ from trio_websocket import ConnectionRejected, open_websocket_url
 
 import llmrt
 from llmrt import LlmError
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._counters import GatewayCounters, RefusalCause, payload_bytes
@@ -40,6 +39,7 @@ from llmrt.actors.gateway._front import (
 )
 from llmrt.actors.gateway._protocol import JSON, ListProvidersFrame
 from llmrt.actors.gateway._server import _websocket
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 
 LIMITS = Limits(shutdown_grace=0.2, close_timeout=2.0)

@@ -40,7 +40,6 @@ from llmrt import (
     StreamChunk,
     TextDelta,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._protocol import (
     JSON,
@@ -51,6 +50,7 @@ from llmrt.actors.gateway._protocol import (
     TokenBucket,
     ends_request,
 )
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, Stall, text_script
 

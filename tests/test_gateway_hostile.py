@@ -41,10 +41,10 @@ from llmrt import (
     ToolCallDelta,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._connection import IDLE_CLOSE_REASON
 from llmrt.actors.gateway._protocol import JSON, MSGPACK, split_delta
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import ScriptedAdapter, Stall, text_script
 
 FAST = Limits(shutdown_grace=0.1, close_timeout=1.0)

@@ -19,8 +19,8 @@ import pytest
 import trio
 
 import llmrt
-from llmrt.actors.app.cli import _gateway_limits, _parser, main
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.cli import main, parse_args
+from llmrt.actors.app.cli._serving import gateway_limits
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._origin import (
@@ -30,6 +30,7 @@ from llmrt.actors.gateway._origin import (
     normalize_origin,
     split_host,
 )
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 
 TOKEN = "0rigin-test-token_abc"
@@ -258,14 +259,11 @@ def test_gateway_limits_come_from_llmrt_toml_then_flags(tmp_path: pathlib.Path) 
         "max_pending_bytes = 65536\nmax_frame_bytes = 8192\n"
     )
     config = load_config(file, environ={})
-    args = _parser().parse_args(["serve", "--max-connections-per-peer", "7"])
-    limits = _gateway_limits(args, config.gateway)
+    args = parse_args(["serve", "--max-connections-per-peer", "7"])
+    limits = gateway_limits(args, config.gateway)
     assert (limits.idle_timeout, limits.max_connections_per_peer) == (45.5, 7)
     assert (limits.max_pending_bytes, limits.max_frame_bytes) == (65536, 8192)
-    assert (
-        _gateway_limits(_parser().parse_args(["serve"]), load_config(None, environ={}).gateway)
-        == Limits()
-    )
+    assert gateway_limits(parse_args(["serve"]), load_config(None, environ={}).gateway) == Limits()
     bad = tmp_path / "bad.toml"
     bad.write_text("[gateway]\n\nmax_frame_bytes = 100\n")
     with pytest.raises(ConfigError, match=r"bad.toml:3: max_frame_bytes must be at least 4096"):

@@ -23,11 +23,12 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
 from llmrt import ErrorCode, LlmError, ModelInfo
-from llmrt.actors.app.cli import _gateway_limits, _parser
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.app.cli import parse_args
+from llmrt.actors.app.cli._serving import gateway_limits
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._budget import MetadataBudget, PeerBuckets
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapter import ModelDiscoveryRequest
 from llmrt.adapters.openai_chat import DiscoveryEndpoint, EndpointDiscovery, OpenAIChatAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
@@ -300,7 +301,7 @@ def test_the_new_bounds_come_from_llmrt_toml(tmp_path: pathlib.Path) -> None:
         "metadata_per_second = 2.5\nmetadata_burst = 5\n"
         "metadata_per_peer_per_second = 7\nmetadata_per_peer_burst = 9\nmodel_list_ttl = 0\n"
     )
-    limits = _gateway_limits(_parser().parse_args(["serve"]), load_config(file, environ={}).gateway)
+    limits = gateway_limits(parse_args(["serve"]), load_config(file, environ={}).gateway)
     assert (limits.max_pre_head_connections, limits.max_pre_head_bytes) == (32, 65536)
     assert (limits.metadata_per_second, limits.metadata_burst) == (2.5, 5)
     assert (limits.metadata_per_peer_per_second, limits.metadata_per_peer_burst) == (7, 9)

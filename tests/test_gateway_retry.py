@@ -22,8 +22,8 @@ from llmrt import (
     NormalRetryPolicy,
     RetryScheduled,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, text_script
 
 FAST = NormalRetryPolicy(initial_delay_ms=5, max_delay_ms=5, jitter_ratio=0)

@@ -17,8 +17,8 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt import Finish, FinishAborted, GenerateOptions
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.testing import SSEScript, Upstream, open_upstream, openai_events
 

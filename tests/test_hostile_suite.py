@@ -36,8 +36,8 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
 from llmrt import Finish, FinishError, FinishStop, GenerateOptions, TextDelta
-from llmrt.actors.app.client import GatewayClient, open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import GatewayClient, open_gateway_client
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.testing import (

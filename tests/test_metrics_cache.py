@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import llmrt
 from llmrt import user_message
 from llmrt.actors.app import config as configuration
-from llmrt.actors.app.cli import parse_args, serve_options
+from llmrt.actors.app.cli import parse_args
+from llmrt.actors.app.cli._serving import serve_options
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway import _metrics as metrics_module
 from llmrt.actors.gateway._connection import GatewayState

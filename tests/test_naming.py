@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmrt.actors.app.cli import _route_of
+from llmrt.actors.app._setup import route_of
 from llmrt.actors.app.config import load_config
 from llmrt.adapters.openai_chat import OpenAIChatAdapter, find_preset
 
@@ -28,7 +28,7 @@ def test_the_preset_name_reaches_its_zero_config_route() -> None:
     assert config.route("deepseek") is not None
     assert config.route("deepseek-official") is None
     # `llmrt call -p deepseek-official` used to end NO_ADAPTER.
-    assert _route_of(config, "deepseek-official") == "deepseek"
-    assert _route_of(config, "deepseek") == "deepseek"
-    assert _route_of(config, "demo") == "demo"
-    assert _route_of(config, "nonexistent") == "nonexistent"  # left for NO_ADAPTER to say
+    assert route_of(config, "deepseek-official") == "deepseek"
+    assert route_of(config, "deepseek") == "deepseek"
+    assert route_of(config, "demo") == "demo"
+    assert route_of(config, "nonexistent") == "nonexistent"  # left for NO_ADAPTER to say

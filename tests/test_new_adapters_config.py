@@ -17,9 +17,9 @@ import trio
 
 import llmrt
 from llmrt.actors.app.cli import main
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.app.config import ConfigError, build_adapter, load_config, register_config
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
 from llmrt.testing import SSEScript, Upstream, open_upstream, sse_data

@@ -21,7 +21,7 @@ from _nginx import active_connections, find_nginx, running_nginx
 from _serving import Served, http_get, metric, poll, serving, slow_demo_config, slow_options
 
 from llmrt import ErrorCode, Finish, FinishError, LlmError
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 CLIENTS = 300
 TOKEN = "scale-out-test-token"

@@ -38,7 +38,7 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.actors.otel import current_traceparent, otel_middleware
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, Stall, text_script
 
@@ -565,7 +565,7 @@ def test_llmrt_imports_without_opentelemetry() -> None:
     code = (
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
-        "import llmrt, llmrt.actors, llmrt.actors.app.client, llmrt.actors.gateway\n"
+        "import llmrt, llmrt.actors, llmrt.actors.gateway.client, llmrt.actors.gateway\n"
         "import llmrt.actors.app.cli\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry') and sys.modules[m]]\n"
         "try:\n"
@@ -587,9 +587,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 import llmrt
-from llmrt.actors.app import cli as _cli
+from llmrt.actors.app.cli import parse_args
+from llmrt.actors.app.cli.serve import serve
 from llmrt.actors.app import config as configuration
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 # What opentelemetry-instrument (or the application) does: global SDK providers.
 exporter = InMemorySpanExporter()
@@ -598,10 +599,10 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
 async def main():
-    args = _cli._parser().parse_args(["serve", "--port", "0", "--otel"])
+    args = parse_args(["serve", "--port", "0", "--otel"])
     out = io.StringIO()
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(_cli._serve, args, configuration.load_config(None), out, {})
+        server = await nursery.start(serve, args, configuration.load_config(None), out, {})
         async with open_gateway_client(server.url) as client:
             options = llmrt.GenerateOptions(
                 provider="demo", model="demo-1", messages=(llmrt.user_message("hi"),)

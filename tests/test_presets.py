@@ -210,13 +210,13 @@ async def test_a_tool_loop_goes_out_field_by_field(preset: str) -> None:
 def test_llmrt_call_defaults_to_a_presets_first_model(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llmrt.actors.app.cli import _default_model
+    from llmrt.actors.app._setup import default_model
 
     monkeypatch.chdir(tmp_path)  # no llmrt.toml here
     config = load_config(environ={"GROQ_API_KEY": KEY})
-    assert _default_model(config, "groq") == PRESETS["groq"].models[0].id
+    assert default_model(config, "groq") == PRESETS["groq"].models[0].id
     with pytest.raises(SystemExit):
-        _default_model(load_config(environ={"TOGETHER_API_KEY": KEY}), "together")
+        default_model(load_config(environ={"TOGETHER_API_KEY": KEY}), "together")
 
 
 @pytest.mark.parametrize(

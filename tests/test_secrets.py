@@ -20,8 +20,8 @@ from _cli_process import kill, spawn_cli
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, StreamChunk
 from llmrt.actors.app import config as configuration
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapter import REDACTED, Redactor
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.gemini import GeminiAdapter

@@ -14,8 +14,8 @@ from trio_websocket import open_websocket_url
 import llmrt
 from llmrt.actors._statistics import ConnectionPool, GatewayStatistics, RuntimeStatistics
 from llmrt.actors._stats import StatsCounters
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
@@ -143,6 +143,7 @@ def test_the_stats_frame_value_keeps_its_json_fields() -> None:
         "abortToFinish",
         "connectionPools",
         "gateway",
+        "routing",
     ]
     abort = doc["abortToFinish"]
     assert len(abort["counts"]) == len(abort["bounds"]) + 1 and abort["bounds"][-1] == 1.0

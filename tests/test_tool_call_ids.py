@@ -25,8 +25,8 @@ from llmrt import (
     ToolCallDelta,
     ToolSchema,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter
 

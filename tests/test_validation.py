@@ -40,8 +40,8 @@ from llmrt import (
     ToolSchema,
 )
 from llmrt._validate import CHECKED_TYPES, UNWALKED, invalid_reason
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 BOUND = 30

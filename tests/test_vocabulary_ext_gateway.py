@@ -31,8 +31,8 @@ from llmrt import (
     ToolResultBlock,
     UsageChunk,
 )
-from llmrt.actors.app.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.scripted import ScriptedAdapter
 
 QUOTE = QuoteBlock(author="ada", content=(AUDIO,))

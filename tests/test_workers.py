@@ -32,7 +32,7 @@ from _settle import wait_until
 import llmrt
 from llmrt import ErrorCode, Finish, FinishAborted, FinishError, FinishStop
 from llmrt.actors.app.cli import main
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 
 @attrs.define

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmrt import Finish, FinishStop, LlmError
 from llmrt.actors._stats import MAX_MODELS_PER_PROVIDER, OTHER
-from llmrt.actors.app.client import open_gateway_client
+from llmrt.actors.gateway.client import open_gateway_client
 
 
 async def scrape(port: int) -> str:

@@ -1,8 +1,8 @@
 """What every ``llmrt`` command sets up: a runtime serving the configuration, or the
 gateway client of ``--via``, and which route and model a name on the command line means.
 
-Apart from ``cli.py`` so that each command's own module (``_call_command``)
-shares it without importing the command line back.
+Apart from the ``cli`` package so that each command's own module (``cli.call``, ...)
+and the gateway worker (``worker``) share it without importing the command line back.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def table_of(config: configuration.Config, route: str) -> tuple[ModelSpec, ...]:
 @asynccontextmanager
 async def gateway_client(args: argparse.Namespace, environ: dict[str, str]) -> AsyncIterator[Any]:
     """The client of ``--via``, its token from ``--token-env``; refusals say how to fix them."""
-    from .client import open_gateway_client
+    from ..gateway.client import open_gateway_client
 
     token = environ.get(args.token_env) or None
     connected = False

@@ -4,7 +4,7 @@
         server = await nursery.start(serve_gateway, rt, "127.0.0.1", 8765)
         ...  # clients connect to server.url; see docs/protocol.md
 
-The Python client is `llmrt.actors.app.client.open_gateway_client`.
+The Python client is `llmrt.actors.gateway.client.open_gateway_client`.
 """
 
 from ._protocol import JSON_SUBPROTOCOL as JSON_SUBPROTOCOL

@@ -41,6 +41,7 @@ from llmrt import ErrorCode
 
 from .._statistics import GatewayStatistics, ModelHistogram, RuntimeStatistics
 from .._stats import OTHER
+from ..routing._metrics import routing_families
 from ._exposition import (
     ModelHistograms,
     Pace,
@@ -258,7 +259,12 @@ def metric_families(figures: Figures) -> list[Metric]:
     """Every metric family of one scrape. Reads only ``figures``: safe in any thread."""
     info = GaugeMetricFamily("llmrt_build_info", "The llmrt version serving.", labels=["version"])
     info.add_metric([figures.version], 1)
-    return [info, *_runtime_families(figures.runtime), *_gateway_families(figures.gateway)]
+    return [
+        info,
+        *_runtime_families(figures.runtime),
+        *routing_families(figures.runtime.routing),
+        *_gateway_families(figures.gateway),
+    ]
 
 
 #: Writes the whole ``/metrics`` answer from this gateway's figures, e.g. summed

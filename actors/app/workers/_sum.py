@@ -32,6 +32,7 @@ from ..._statistics import (
     RuntimeStatistics,
 )
 from ..._stats import MAX_MODELS_PER_PROVIDER, OTHER
+from ...routing._stats import merge_routing, retired_routing
 
 __all__ = [
     "SUMMED_FIELDS",
@@ -63,6 +64,7 @@ SUMMED_FIELDS = frozenset(
         "abort_to_finish",
         "connection_pools",
         "gateway",
+        "routing",
     }
 )
 
@@ -192,6 +194,7 @@ def merge_values(values: Sequence[RuntimeStatistics]) -> RuntimeStatistics:
             for name, (open_, idle) in sorted(pools.items())
         ),
         gateway=_gateway_sum(gateways),
+        routing=merge_routing([v.routing for v in values]),
     )
 
 
@@ -207,6 +210,7 @@ def retired(value: RuntimeStatistics) -> RuntimeStatistics:
         providers=tuple(msgspec.structs.replace(p, calls_in_flight=0) for p in value.providers),
         connection_pools=(),
         gateway=gateway,
+        routing=retired_routing(value.routing),
     )
 
 

@@ -82,7 +82,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     ``argv`` is the supervisor's own ``llmrt serve ...`` command line: the
     worker parses it again, so that every ``serve`` option reaches every
-    worker through `llmrt.actors.app.cli.serve_options`, as in a single process.
+    worker through `llmrt.actors.app.cli._serving.serve_options`, as in a single process.
     Paths in it are relative to the working directory, which workers share.
     """
 

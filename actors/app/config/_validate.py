@@ -1,35 +1,15 @@
-"""``llmrt.toml``: provider routes from a config file, plus zero-config detection.
-
-`load_config` reads and validates the file (pure: no I/O besides reading it),
-adds a route for each well-known API-key variable that is set and not
-already used by the file, and always adds the built-in ``demo`` route unless
-the file declares one. Adapters are the installed ``llmrt.adapters`` entry
-points (`llmrt.actors.app.plugins`): each ``[[provider]]`` entry is decoded
-straight into its adapter's config Struct, and the key variables, presets,
-zero-config routes and settings namespaces are the plugins' declarations.
-`register_config` registers the routes into a runtime, in `Config.routes`
-order: file entries (file order), then detected environment routes
-(``deepseek``, ``openai``, ``openai-responses``, ``anthropic``, ``gemini``,
-then the other hosted presets with a key variable: ``openrouter``,
-``groq``, ...), then ``demo`` last, so a real provider comes
-first when there is one. Local servers (``vllm``, ``ollama``, ...) have no
-key: they are routes only when the file declares them.
-
-Settings namespaces (``[settings.NAME]`` tables, plus the built-in ones a
-plugin owns: ``openai-compatible`` and ``ollama`` of ``openai_chat``) group
-routes for model discovery; `register_settings` declares every such route as a
-configurable provider and offers one discovery per namespace.
-
-Every problem is one `ConfigError` naming the file, the line and the reason.
-API keys never live in the file (an ``api_key`` key is refused) and their
-values are never read beyond "set and non-empty", logged or echoed.
+"""What the text of ``llmrt.toml`` means: decoding it into the installed adapters'
+schema, every check types cannot express, and the routes the environment and
+the plugins add. Pure: text (and the environment's variable names, and the
+plugins) in, a `Config` or a `ConfigError` naming the file, the line and the
+reason out; no file, socket or clock, no trio (``tests/test_config_purity.py``).
+Reading the file is `_load`'s; registering the routes `_register`'s.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -37,24 +17,17 @@ from typing import Any, Final
 
 import attrs
 import msgspec
-import trio
 
 import llmrt
 from llmrt import AlwaysRetryPolicy, ErrorCode, NormalRetryPolicy, ResolvedRetryPolicy
 from llmrt._egress import base_url_problem
 from llmrt._nesting import MAX_NESTING, toml_too_deep
-from llmrt.adapters.plugin import (
-    AdapterConfig,
-    AdapterPlugin,
-    HttpAdapterConfig,
-    ModelSpec,
-    RetryTable,
-)
+from llmrt.adapters.plugin import AdapterConfig, HttpAdapterConfig, ModelSpec, RetryTable
 
-from .._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle
-from .._runtime import LlmRuntime
-from .._topology import check_provider_name
-from ._config_secrets import hidden_values, refusal, scrub, secret_name_reason
+from ..._topology import check_provider_name
+from ...routing import Group, RoutingSettings
+from ..plugins import PLUGIN_ERROR, Plugins
+from ._routing import check_routing
 from ._schema import (
     GatewayTable,
     Path,
@@ -64,32 +37,19 @@ from ._schema import (
     locate_lines,
     parse_path,
 )
+from ._secrets import hidden_values, refusal, scrub, secret_name_reason
 from ._suggest import hint, keys_at
-from .plugins import PLUGIN_ERROR, Plugins, installed
+from ._types import (
+    CONFIG_INVALID,
+    Config,
+    ConfigError,
+    NamespaceSpec,
+    RouteSpec,
+    builtin_namespaces,
+)
 
-__all__ = [
-    "ConfigError",
-    "Config",
-    "RouteSpec",
-    "NamespaceSpec",
-    "DEFAULT_CONFIG_FILE",
-    "CONFIG_ENV_VAR",
-    "load_config",
-    "build_adapter",
-    "register_config",
-    "register_settings",
-    "describe",
-]
+__all__ = ["validate_config"]
 
-#: The file `load_config` reads when no path is given and ``$LLMRT_CONFIG`` is unset.
-DEFAULT_CONFIG_FILE: Final = "llmrt.toml"
-#: The environment variable naming a config file.
-CONFIG_ENV_VAR: Final = "LLMRT_CONFIG"
-#: `ConfigError.code` of every problem in the file itself.
-CONFIG_INVALID: Final = "CONFIG_INVALID"
-
-#: Seconds `register_config` spends undoing a partial registration.
-_CLEANUP_GRACE: Final = 5.0
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MSGSPEC_AT = re.compile(r"^(?P<reason>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
@@ -97,152 +57,6 @@ _INVALID_VALUE = re.compile(r"^Invalid (?:enum )?value (?P<value>.*)$", re.DOTAL
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 #: How an invalid choice names its key in an error, when not by the key's own name.
 _CHOICE_NAMES: Final = {"mode": "retry mode"}
-
-
-class ConfigError(ValueError):
-    """A config file problem: ``str(err)`` is ``FILE:LINE: REASON``.
-
-    ``file`` is the path as given (or None), ``line`` (and ``column`` for TOML
-    syntax errors) is 1-based or None when unknown, ``reason`` the message
-    alone; it names the value's path (``$.provider[1].adapter``) when there is one.
-    ``code`` is `CONFIG_INVALID`, or ``ADAPTER_PLUGIN`` when the entry's adapter
-    is installed but unusable (see `llmrt.actors.app.plugins`).
-    """
-
-    def __init__(
-        self,
-        file: str | None,
-        line: int | None,
-        reason: str,
-        *,
-        column: int | None = None,
-        code: str = CONFIG_INVALID,
-    ) -> None:
-        self.file = file
-        self.line = line
-        self.column = column
-        self.reason = reason
-        self.code = code
-        where = file if file is not None else "<config>"
-        if line is not None:
-            where += f":{line}"
-            if column is not None:
-                where += f":{column}"
-        super().__init__(f"{where}: {reason}")
-
-
-@attrs.frozen
-class RouteSpec:
-    """One provider route: how to build its adapter and register it.
-
-    ``config`` is the entry decoded into its adapter's config Struct (or the
-    plugin's own, for a detected or built-in route); the adapter's own keys
-    read through to it (``spec.tokens_per_second``). ``api_key_env`` is the
-    effective variable (a preset's default filled in); ``stream_idle_timeout``
-    the effective one (``[defaults]`` filled in; None: the runtime's default).
-    ``source`` says where the route came from: ``"config file line N"``,
-    ``"environment DEEPSEEK_API_KEY"`` or ``"built-in"``.
-    """
-
-    route: str
-    adapter: str
-    source: str
-    aliases: tuple[str, ...] = ()
-    preset: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    display_name: str | None = None
-    stream_idle_timeout: float | None = None
-    models: tuple[ModelSpec, ...] = ()
-    retry: ResolvedRetryPolicy | None = None
-    # Not compared: the fields above are what the route is; this is how it was written.
-    config: AdapterConfig | None = attrs.field(default=None, eq=False, repr=False)
-
-    def __getattr__(self, name: str) -> object:
-        # Only reached for names that are not RouteSpec's own: the adapter's keys.
-        if name.startswith("_") or name == "config":
-            raise AttributeError(name)
-        config = self.config
-        if config is None or name not in config.__struct_fields__:
-            raise AttributeError(name)
-        return getattr(config, name)
-
-    @property
-    def providers(self) -> tuple[str, ...]:
-        """Every route name this entry registers: ``route`` first, then its aliases."""
-        return (self.route, *self.aliases)
-
-    @property
-    def namespace(self) -> str | None:
-        """The settings namespace of the route (None: its adapter has no model discovery).
-
-        ``settings_ns`` when the file gives one, else the adapter's built-in
-        one for the route (``ollama`` for the Ollama preset, say).
-        """
-        return self.config.namespace() if self.config is not None else None
-
-
-@attrs.frozen
-class NamespaceSpec:
-    """One settings namespace: the list its endpoints are asked for, and a default endpoint.
-
-    ``source`` is ``"built-in"`` or ``"config file line N"``.
-    """
-
-    name: str
-    discovery: str = "openai"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    source: str = "built-in"
-
-
-def _builtin_namespaces(plugins: Plugins) -> tuple[NamespaceSpec, ...]:
-    """The namespaces the installed adapters always own (a file may redefine them)."""
-    return tuple(
-        NamespaceSpec(name, api)
-        for plugin in plugins.adapters.values()
-        if plugin.namespaces is not None
-        for name, api in plugin.namespaces.builtin
-    )
-
-
-@attrs.frozen
-class Config:
-    """A validated configuration: the routes to register, in registration order.
-
-    ``file`` is the file read (None when there was none); ``keys_set`` the
-    names of the routes' key variables that were set and non-empty at load
-    time (names only, never values).
-    """
-
-    routes: tuple[RouteSpec, ...]
-    file: str | None = None
-    keys_set: frozenset[str] = frozenset()
-    #: The ``[gateway]`` table (``llmrt serve``'s settings); defaults when absent.
-    gateway: GatewayTable = attrs.field(factory=GatewayTable)
-    #: The settings namespaces: the built-in ones, then the file's, by name.
-    settings: tuple[NamespaceSpec, ...] = attrs.field(
-        factory=lambda: _builtin_namespaces(installed())
-    )
-    #: The adapters this configuration was made with (the installed ones by default).
-    plugins: Plugins = attrs.field(factory=installed, eq=False, repr=False)
-
-    def namespace(self, name: str) -> NamespaceSpec | None:
-        """The settings namespace called ``name``, or None."""
-        for spec in self.settings:
-            if spec.name == name:
-                return spec
-        return None
-
-    def route(self, name: str) -> RouteSpec | None:
-        """The spec that serves route (or alias) ``name``, or None."""
-        for spec in self.routes:
-            if name in spec.providers:
-                return spec
-        return None
-
-
-# ---- loading -------------------------------------------------------------------------------
 
 
 @attrs.define
@@ -280,33 +94,23 @@ class _Context:
         return f"config file line {line}" if line else "config file"
 
 
-def load_config(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    plugins: Plugins | None = None,
+def validate_config(
+    text: str | None, *, file: str | None, environ: Mapping[str, str], plugins: Plugins
 ) -> Config:
-    """Read, validate and complete the configuration.
+    """The configuration ``text`` (the content of ``file``; None: there is no file) means,
+    completed from ``environ`` and ``plugins`` as `load_config` documents.
 
-    The file is ``path``; else ``$LLMRT_CONFIG``; else ``./llmrt.toml`` if it
-    exists (no file at all is fine). Then routes are added for the well-known
-    key variables set in ``environ`` (default ``os.environ``) that the file
-    does not use, and the built-in ``demo`` route unless the file declares one.
-    ``plugins`` are the adapters (default: the installed ones).
-
-    Raises `ConfigError` for a missing or unreadable file named explicitly and
-    for every problem in the file. Not a checkpoint (synchronous).
+    Pure: reads nothing but its arguments. Raises `ConfigError` for every
+    problem in the text, at its line.
     """
-    env = os.environ if environ is None else environ
-    plugins = installed() if plugins is None else plugins
-    explicit = path is not None or bool(env.get(CONFIG_ENV_VAR))
-    file = os.fspath(path) if path is not None else env.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_FILE
-    text = _read(file, explicit=explicit)
-    ctx = _Context(file if text is not None else None, plugins)
+    ctx = _Context(file, plugins)
     routes: list[RouteSpec] = []
     default_idle: float | None = None
     gateway = GatewayTable()
-    namespaces = _builtin_namespaces(plugins)
+    namespaces = builtin_namespaces(plugins)
+    groups: tuple[Group, ...] = ()
+    routing = RoutingSettings()
+    table = None
     if text is not None:
         table = _parse(text, ctx)
         gateway = _check_gateway(ctx, table.gateway)
@@ -315,9 +119,12 @@ def load_config(
         )
         namespaces = _namespaces(ctx, table.settings, namespaces)
         routes = _file_routes(ctx, table.provider, default_idle, namespaces)
-    routes = _complete(routes, env, default_idle, plugins)
+    routes = _complete(routes, environ, default_idle, plugins)
+    if table is not None:
+        names = {name for spec in routes for name in spec.providers}
+        groups, routing = check_routing(ctx.error, table.group, table.routing, names)
     keys_set = frozenset(
-        spec.api_key_env for spec in routes if spec.api_key_env and env.get(spec.api_key_env)
+        spec.api_key_env for spec in routes if spec.api_key_env and environ.get(spec.api_key_env)
     )
     return Config(
         routes=tuple(routes),
@@ -326,24 +133,9 @@ def load_config(
         gateway=gateway,
         settings=namespaces,
         plugins=plugins,
+        groups=groups,
+        routing=routing,
     )
-
-
-def _read(file: str, *, explicit: bool) -> str | None:
-    try:
-        with open(file, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        if not explicit:
-            return None
-        raise ConfigError(file, None, "no such config file") from None
-    except OSError as exc:
-        raise ConfigError(file, None, f"cannot read the config file: {exc.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(file, line, "the file is not UTF-8 text (TOML must be)") from None
 
 
 def _parse(text: str, ctx: _Context) -> Any:
@@ -499,7 +291,7 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
     # The gateway package is imported only for a value it must check: loading
     # it (its server, metrics, websockets) is most of `llmrt call`'s start-up.
     for index, entry in enumerate(table.allow_origin):
-        from ..gateway._origin import OriginPolicy
+        from ...gateway._origin import OriginPolicy
 
         try:
             # Whether ``*`` has its token is known only when serving.
@@ -516,7 +308,7 @@ def _check_gateway(ctx: _Context, table: GatewayTable) -> GatewayTable:
             "discover_allow_private applies to client-named URLs: it needs discover_any_url = true",
         )
     if table.max_frame_bytes is not None:
-        from ..gateway._protocol import MIN_FRAME_BYTES
+        from ...gateway._protocol import MIN_FRAME_BYTES
     if table.max_frame_bytes is not None and table.max_frame_bytes < MIN_FRAME_BYTES:
         raise ctx.error(
             ("gateway", "max_frame_bytes"), f"max_frame_bytes must be at least {MIN_FRAME_BYTES}"
@@ -714,151 +506,3 @@ def _complete(
                 out.append(_route_spec(config, [route], "built-in", default_idle))
                 taken.add(route)
     return out
-
-
-# ---- building and registering --------------------------------------------------------------
-
-
-def build_adapter(spec: RouteSpec, *, environ: Mapping[str, str] | None = None) -> llmrt.Adapter:
-    """A new adapter instance for ``spec`` (no I/O; keys are read per call, from ``environ``).
-
-    Raises `ValueError` for a spec without its adapter's config (one `load_config`
-    did not produce) or one the adapter refuses.
-    """
-    if spec.config is None:
-        raise ValueError(f"route {spec.route!r} has no adapter config to build from")
-    return spec.config.build(key_env=spec.api_key_env, retry=spec.retry, environ=environ)
-
-
-async def register_config(
-    runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
-) -> list[RegistrationHandle]:
-    """Build and register every route of ``config``, in order, with its idle timeout.
-
-    All or nothing: when one registration fails, the ones made so far are
-    disposed and the error (`llmrt.LlmError` ``INVALID_PROVIDER`` or
-    ``DUPLICATE_ADAPTER``, e.g. a route the runtime already serves) propagates.
-    ``environ`` is where the adapters read their keys (default ``os.environ``).
-    A checkpoint.
-    """
-    handles: list[RegistrationHandle] = []
-    try:
-        for spec in config.routes:
-            adapter = build_adapter(spec, environ=environ)
-            try:
-                handle = await runtime.register_adapter(
-                    spec.providers, adapter, stream_idle_timeout=spec.stream_idle_timeout
-                )
-            except BaseException:
-                # Never registered, so nobody else will close its HTTP client.
-                with trio.move_on_after(_CLEANUP_GRACE, shield=True):
-                    await adapter.aclose()
-                raise
-            handles.append(handle)
-    except BaseException:
-        # Fresh registrations serve no calls yet: disposing them is quick.
-        with trio.move_on_after(_CLEANUP_GRACE, shield=True):
-            for handle in reversed(handles):
-                await handle.dispose(drain_timeout=0)
-        raise
-    return handles
-
-
-def _namespace_owner(config: Config, space: NamespaceSpec) -> AdapterPlugin | None:
-    """The plugin whose discovery serves ``space``: the first that reads its list."""
-    for plugin in config.plugins.adapters.values():
-        if plugin.namespaces is not None and space.discovery in plugin.namespaces.apis:
-            return plugin
-    return None
-
-
-async def register_settings(
-    runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
-) -> list[DirectoryHandle | DiscoveryHandle]:
-    """Declare ``config``'s configurable providers and offer one discovery per namespace.
-
-    The directory lists every route of ``config`` whose adapter has settings
-    namespaces (each name of it, in its namespace), then, dormant, the
-    routes the plugins list although ``config`` does not register them (the
-    hosted presets' zero-config routes, each with the key variable that would
-    register it, ``key_env``). Each namespace of `Config.settings`
-    gets its owning plugin's discovery, which knows its routes' endpoints and
-    key variables (keys are read from ``environ`` per interrogation). All or
-    nothing, like `register_config`: raises `llmrt.LlmError`
-    ``DUPLICATE_ADAPTER`` when the runtime already has a directory entry or a
-    discovery these collide with. A checkpoint.
-    """
-    entries = []
-    routes: dict[str, dict[str, tuple[str, str | None]]] = {ns.name: {} for ns in config.settings}
-    for index, spec in enumerate(config.routes):
-        ns = spec.namespace
-        plugin = config.plugins.adapters.get(spec.adapter)
-        if ns is None or spec.config is None or plugin is None or plugin.namespaces is None:
-            continue
-        # The file's routes come first, in file order: the index is the entry's.
-        path = ("provider", str(index)) if spec.source.startswith("config file") else ()
-        base_url = spec.config.endpoint()
-        for name in spec.providers:
-            entries.append(plugin.namespaces.entry(name, spec.config, ns, path))
-            if base_url is not None:
-                routes[ns][name] = (base_url, spec.api_key_env)
-    taken = {name for spec in config.routes for name in spec.providers}
-    # The variable that registers a dormant route: a NO_ADAPTER message names it.
-    key_envs: dict[str, str] = {}
-    for _, found in config.plugins.detected():
-        key_envs.setdefault(found.route, found.key_env)
-    for plugin in config.plugins.adapters.values():
-        if plugin.namespaces is None:
-            continue
-        for route, dormant in plugin.namespaces.dormant:
-            if route not in taken:
-                entry = plugin.namespaces.entry(route, dormant, None, ())
-                if entry.key_env is None and route in key_envs:
-                    entry = msgspec.structs.replace(entry, key_env=key_envs[route])
-                entries.append(entry)
-                taken.add(route)
-    handles: list[DirectoryHandle | DiscoveryHandle] = []
-    try:
-        if entries:
-            handles.append(await runtime.register_configurable_providers(entries))
-        for space in config.settings:
-            owner = _namespace_owner(config, space)
-            if owner is None or owner.namespaces is None:
-                continue
-            default = None
-            if space.base_url is not None:
-                default = (space.base_url, space.api_key_env)
-            discovery = owner.namespaces.discovery(
-                space.discovery, routes[space.name], default, environ
-            )
-            handles.append(await runtime.register_model_discovery(space.name, discovery))
-    except BaseException:
-        with trio.move_on_after(_CLEANUP_GRACE, shield=True):
-            for handle in reversed(handles):
-                await handle.dispose()
-        raise
-    return handles
-
-
-def describe(config: Config) -> list[str]:
-    """One line per route for the CLI: names, adapter, key variable and whether it is set.
-
-    Never includes a key's value.
-    """
-    rows = []
-    for spec in config.routes:
-        kind = spec.adapter + (f"/{spec.preset}" if spec.preset else "")
-        if spec.api_key_env and llmrt.adapter.looks_like_secret(spec.api_key_env):
-            # Only a route built in code gets here (the loader refuses it): never shown.
-            key = "key: (a variable name that looks like a key, not shown)"
-        elif spec.api_key_env:
-            state = "set" if spec.api_key_env in config.keys_set else "NOT SET"
-            key = f"key: ${spec.api_key_env} ({state})"
-        else:
-            key = "key: none"
-        rows.append((", ".join(spec.providers), kind, key, spec.source))
-    width = [max((len(row[n]) for row in rows), default=0) for n in range(3)]
-    return [
-        f"{names:<{width[0]}}  {kind:<{width[1]}}  {key:<{width[2]}}  [{source}]"
-        for names, kind, key, source in rows
-    ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, BinaryIO, TextIO
@@ -33,13 +34,15 @@ from llmrt import (
     ToolCallDelta,
 )
 
-from .._abort import AbortController
-from . import config as configuration
+from ..._abort import AbortController
+from .. import config as configuration
+from .._setup import configured_runtime, default_model, gateway_client, route_of, table_of
 from ._call_input import model_warning, read_prompt, read_tools
 from ._call_output import DIM, RED, HumanOutput, JsonOutput, Style
-from ._setup import configured_runtime, default_model, gateway_client, route_of, table_of
+from ._command import Streams
+from ._options import connect_timeout_option, token_env_option, via_option
 
-__all__ = ["ABORT_BOUND", "EXIT_BOUND", "call_command"]
+__all__ = ["ABORT_BOUND", "EXIT_BOUND", "add_arguments", "call_command", "run"]
 
 #: After Ctrl-C, how long the call may take to deliver its aborted finish before it is stopped.
 ABORT_BOUND = 0.5
@@ -64,6 +67,61 @@ class _Interrupt:
     interrupted: str | None = None
     #: True once the run was stopped because the abort took longer than `ABORT_BOUND`.
     forced: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help="the user message; - reads it from stdin")
+    parser.add_argument("--provider", "-p", default=None, help="provider route (default: demo)")
+    parser.add_argument(
+        "--model",
+        "-m",
+        default=None,
+        help="model id (default: the route's first; one the route does not list is sent "
+        "with a warning)",
+    )
+    parser.add_argument("--system", default=None, metavar="TEXT", help="system prompt")
+    parser.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME=SCHEMA_JSON",
+        help="offer a tool: its name and the JSON Schema of its arguments "
+        "(NAME alone: no arguments); repeatable",
+    )
+    parser.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE",
+        help='offer the tools of a JSON file: [{"name", "description", "parameters"}, ...]',
+    )
+    parser.add_argument("--max-tokens", type=int, default=None, help="output cap")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--effort", default=None, help="reasoning effort, e.g. low/medium/high")
+    parser.add_argument("--retry", action="store_true", help="retry with the route's retry policy")
+    via_option(parser, "call through a gateway (ws://host:port/)")
+    token_env_option(parser)
+    connect_timeout_option(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="every event as one JSON object per line on stdout (the protocol's chunks)",
+    )
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="style stderr: auto (a terminal, unless $NO_COLOR is set), always, never",
+    )
+    parser.add_argument(
+        "--no-color", dest="color", action="store_const", const="never", help="--color=never"
+    )
+
+
+def run(args: argparse.Namespace, config: configuration.Config, streams: Streams) -> int:
+    """``llmrt call`` (see `call_command`); the prompt ``-`` reads the process's stdin
+    unless ``streams`` gives one."""
+    stdin = streams.stdin or sys.stdin.buffer
+    return call_command(args, config, streams.out, streams.err, streams.environ, stdin)
 
 
 def call_command(

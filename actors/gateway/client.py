@@ -15,6 +15,9 @@ then waits, so a slow consumer slows down the calls of its own connection
 the way in-process failures do: an ``error`` frame about a call becomes an
 ``error`` finish carrying the frame's code; a lost connection ends every
 open call with an ``error`` finish, code ``NETWORK``.
+
+Connecting (bounded, refusals translated) is `_dial`'s; putting ``part``
+frames back together, `_reassembly`'s.
 """
 
 from __future__ import annotations
@@ -30,13 +33,7 @@ from typing import Any
 import attrs
 import msgspec
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    ConnectionRejected,
-    HandshakeError,
-    WebSocketConnection,
-    connect_websocket_url,
-)
+from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection
 
 from llmrt import (
     AttemptChunk,
@@ -58,14 +55,13 @@ from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryR
 
 from .._statistics import RuntimeStatistics
 from .._tracecontext import valid_traceparent
-from ..gateway._counters import payload_bytes
-from ..gateway._protocol import (
+from ._dial import dial, endpoint_of, translate_handshake
+from ._protocol import (
     FRAME_BYTES_HEADER,
     JSON,
     MAX_ABORT_REASON,
     MIN_FRAME_BYTES,
     MSGPACK,
-    PROTOCOL,
     AbortFrame,
     BinaryPartFrame,
     CallFrame,
@@ -87,6 +83,7 @@ from ..gateway._protocol import (
     StatsFrame,
     ends_request,
 )
+from ._reassembly import PartsOverflow, Reassembly
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
@@ -98,15 +95,10 @@ _YIELD_EVERY = 64
 _ABORT_TIMEOUT = 2.0
 #: Bound on the frames the gateway sends in ``part`` frames (a very large block-end):
 #: the UTF-8 bytes of the ``id`` and ``data`` of every part held, over all frames
-#: partly received at once, and how many frames may be partly received at once.
-#: Counting bytes, not characters, and the ids too: a peer's 1 MiB ids with
-#: empty data, or four-byte characters, no longer pass a bound that means memory.
+#: partly received at once, and how many frames may be partly received at once
+#: (`Reassembly`; read when a client is made).
 MAX_ASSEMBLED_BYTES = 256 << 20
 MAX_PARTIAL_FRAMES = 16
-
-
-class _PartsOverflow(Exception):
-    """The gateway's parts went past `MAX_ASSEMBLED_BYTES` or `MAX_PARTIAL_FRAMES`."""
 
 
 def _error_finish(code: str, message: str) -> Finish:
@@ -265,14 +257,6 @@ class _Waiter:
 
 
 @attrs.define(eq=False)
-class _Partial:
-    """One frame partly received in ``part`` frames: its slices, and the bytes they hold."""
-
-    size: int
-    data: list[str | bytes] = attrs.field(factory=list)
-
-
-@attrs.define(eq=False)
 class GatewayClient:
     """A connection to a gateway, made by `open_gateway_client`."""
 
@@ -286,9 +270,10 @@ class GatewayClient:
     _calls: dict[str, RemoteCall] = attrs.field(factory=dict, init=False)
     _waiters: dict[str, _Waiter] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
-    #: Parts of frames too large for one message, by id, and their total size.
-    _parts: dict[str | None, _Partial] = attrs.field(factory=dict, init=False)
-    _parts_bytes: int = attrs.field(default=0, init=False)
+    #: Parts of frames too large for one message.
+    _parts: Reassembly = attrs.field(
+        factory=lambda: Reassembly(MAX_ASSEMBLED_BYTES, MAX_PARTIAL_FRAMES), init=False
+    )
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
 
@@ -467,7 +452,7 @@ class GatewayClient:
                 try:
                     frame = self._codec.decode_server(data)
                     if type(frame) is PartFrame or type(frame) is BinaryPartFrame:
-                        whole = self._assemble(frame)
+                        whole = self._parts.add(frame)
                         if whole is None:
                             continue
                         frame = self._codec.decode_server(whole)
@@ -475,13 +460,12 @@ class GatewayClient:
                     # Unknown frame types are ignored (newer servers may add some).
                     log.debug("ignoring a frame: %s", exc)
                     continue
-                except _PartsOverflow as exc:
+                except PartsOverflow as exc:
                     # Dropping the parts would leave their call waiting forever:
                     # the connection ends instead, every request with this failure.
                     failure = LlmFailure(message=str(exc), code=ErrorCode.PROTOCOL)
                     self._closed = True
                     self._parts.clear()
-                    self._parts_bytes = 0
                     # 1009: the message (here, the frame in parts) is too big. Closed
                     # before the calls end, so the close frame is out before their
                     # consumers can leave (and cancel this reader). Bounded: a peer
@@ -535,39 +519,6 @@ class GatewayClient:
         elif cls is PongFrame or cls is HelloFrame:
             pass
 
-    def _assemble(self, part: PartFrame | BinaryPartFrame) -> str | bytes | None:
-        """Add a ``part`` to its frame; the whole frame once its last part is in.
-
-        Raises `_PartsOverflow` when the parts held would exceed `MAX_ASSEMBLED_BYTES`
-        (UTF-8 bytes of ids and data) or `MAX_PARTIAL_FRAMES` frames.
-        """
-        held = self._parts.get(part.id)
-        size = payload_bytes(part.data)
-        if held is None:
-            if not part.more:
-                return part.data  # a frame in one part: nothing is held
-            if len(self._parts) >= MAX_PARTIAL_FRAMES:
-                raise _PartsOverflow(
-                    f"the gateway sent parts of more than {MAX_PARTIAL_FRAMES} frames at once"
-                )
-            # The id is held once per frame, as the buffer's key.
-            held = self._parts[part.id] = _Partial(size=payload_bytes(part.id or ""))
-            self._parts_bytes += held.size
-        self._parts_bytes += size
-        if self._parts_bytes > MAX_ASSEMBLED_BYTES:
-            raise _PartsOverflow(
-                f"the gateway sent frames in parts above {MAX_ASSEMBLED_BYTES} bytes"
-            )
-        held.size += size
-        held.data.append(part.data)
-        if part.more:
-            return None
-        del self._parts[part.id]
-        self._parts_bytes -= held.size
-        if isinstance(part.data, bytes):
-            return b"".join(held.data)  # type: ignore[arg-type]
-        return "".join(held.data)  # type: ignore[arg-type]
-
     def _on_error(self, frame: ErrorFrame) -> None:
         if frame.id is None or not ends_request(frame.code):
             log.warning("gateway error %s: %s", frame.code, frame.message)
@@ -584,111 +535,6 @@ class GatewayClient:
 
 #: Bound on the closing handshake when the client leaves.
 _CLOSE_TIMEOUT = 2.0
-
-
-def _endpoint(url: str) -> str:
-    """``host:port`` of a ``ws://`` / ``wss://`` URL, for messages (never credentials)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "wss" else 80)
-    except ValueError:
-        return "an invalid URL"
-    host = parts.hostname or "?"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _translate_handshake(exc: BaseException, endpoint: str, *, token_sent: bool) -> LlmError:
-    """A failed connect or handshake as an `LlmError` naming the endpoint, never the token."""
-    if isinstance(exc, ConnectionRejected):
-        status = exc.status_code
-        if status == 401:
-            if token_sent:
-                message = f"the gateway at {endpoint} refused the token"
-            else:
-                message = f"the gateway at {endpoint} requires a bearer token and none was sent"
-            return LlmError(ErrorCode.AUTH, message, status=status)
-        if status == 503:
-            return LlmError(
-                ErrorCode.OVERLOADED,
-                f"the gateway at {endpoint} refused the connection",
-                status=status,
-            )
-        return LlmError(
-            ErrorCode.NETWORK,
-            f"the gateway at {endpoint} refused the handshake ({status})",
-            status=status,
-        )
-    cause = exc.__cause__ if isinstance(exc, HandshakeError) and exc.__cause__ else exc
-    return LlmError(
-        ErrorCode.NETWORK, f"cannot connect to the gateway at {endpoint}: {_why(cause)}"
-    )
-
-
-def _why(exc: BaseException) -> str:
-    """The OS's reason(s) for a failed connect: trio tries every address and groups their errors."""
-    causes: list[BaseException] = [exc]
-    if isinstance(exc.__cause__, BaseExceptionGroup):
-        causes = list(exc.__cause__.exceptions)
-    elif exc.__cause__ is not None:
-        causes = [exc.__cause__]
-    reasons = {
-        (c.strerror if isinstance(c, OSError) and c.strerror else str(c) or type(c).__name__)
-        for c in causes
-    }
-    return ", ".join(sorted(r.lower() for r in reasons))
-
-
-async def _connect(
-    nursery: trio.Nursery,
-    url: str,
-    endpoint: str,
-    *,
-    codec: Codec,
-    headers: list[tuple[bytes, bytes]],
-    max_frame_bytes: int,
-    connect_timeout: float,
-    token_sent: bool,
-) -> tuple[WebSocketConnection, HelloFrame]:
-    """Open the websocket (its reader task goes in ``nursery``) and read ``hello``.
-
-    The whole of it, TCP connect, upgrade and ``hello``, is bounded by
-    ``connect_timeout``: trio-websocket's own ``open_websocket`` bounds the
-    upgrade but then waits for a reader task that nothing cancels, so a peer
-    that accepts TCP and stays silent held it forever. Here the reader lives
-    in the caller's nursery, which the caller cancels when this raises.
-    """
-    try:
-        with trio.fail_after(connect_timeout):
-            ws = await connect_websocket_url(
-                nursery,
-                url,
-                subprotocols=[codec.subprotocol],
-                extra_headers=headers,
-                max_message_size=max_frame_bytes,
-            )
-            try:
-                first = await ws.get_message()
-            except ConnectionClosed as exc:
-                raise LlmError(
-                    ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
-                ) from None
-    except trio.TooSlowError:
-        raise LlmError(
-            ErrorCode.NETWORK,
-            f"the gateway at {endpoint} did not answer within {connect_timeout:g} s "
-            "(connect timeout)",
-        ) from None
-    except (HandshakeError, OSError) as exc:
-        raise _translate_handshake(exc, endpoint, token_sent=token_sent) from None
-    try:
-        hello = codec.decode_server(first)
-    except DecodeError as exc:
-        raise LlmError(
-            ErrorCode.PROTOCOL, f"no hello frame from the gateway at {endpoint}: {exc}"
-        ) from None
-    if not isinstance(hello, HelloFrame) or hello.protocol != PROTOCOL:
-        raise LlmError(ErrorCode.PROTOCOL, f"the server at {endpoint} does not speak {PROTOCOL}")
-    return ws, hello
 
 
 @asynccontextmanager
@@ -723,7 +569,7 @@ async def open_gateway_client(
         raise ValueError(f"connect_timeout must be positive and finite, got {connect_timeout!r}")
     if urllib.parse.urlsplit(url).scheme not in ("ws", "wss"):
         raise ValueError(f"a gateway URL starts with ws:// or wss://, got {url!r}")
-    endpoint = _endpoint(url)
+    endpoint = endpoint_of(url)
     if max_frame_bytes < MIN_FRAME_BYTES:
         raise ValueError(f"max_frame_bytes must be at least {MIN_FRAME_BYTES}")
     codec = MSGPACK if msgpack else JSON
@@ -734,7 +580,7 @@ async def open_gateway_client(
         # One nursery for trio-websocket's reader and the client's tasks:
         # whatever leaves it (a failed connect included) cancels them all.
         async with trio.open_nursery() as nursery:
-            ws, hello = await _connect(
+            ws, hello = await dial(
                 nursery,
                 url,
                 endpoint,
@@ -769,6 +615,6 @@ async def open_gateway_client(
         inner = sole_exception(group)
         if inner is not None:
             if isinstance(inner, HandshakeError):
-                raise _translate_handshake(inner, endpoint, token_sent=bool(token)) from None
+                raise translate_handshake(inner, endpoint, token_sent=bool(token)) from None
             raise inner from inner.__cause__
         raise

@@ -5,7 +5,7 @@ snake_case keys and ``forbid_unknown_fields`` so a typo is an error, not a
 silently ignored setting. A ``[[provider]]`` entry is the config Struct of
 its adapter (`llmrt.adapters.plugin.AdapterConfig`, one per installed
 adapter); checks types cannot express (routes, retry values) live in
-`llmrt.actors.app.config`.
+`llmrt.actors.app.config._validate`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 
 from llmrt.adapters.plugin import AdapterConfig, Path
+
+from ...routing import Group, RoutingSettings
 
 __all__ = [
     "file_table",
@@ -100,6 +102,9 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             ("provider", tuple[entry, ...], ()),
             ("gateway", GatewayTable, msgspec.field(default_factory=GatewayTable)),
             ("settings", dict[str, SettingsTable], msgspec.field(default_factory=dict)),
+            # Routing groups (``[[group]]`` with ``[[group.deployment]]``) and ``[routing]``.
+            ("group", tuple[Group, ...], ()),
+            ("routing", RoutingSettings, msgspec.field(default_factory=RoutingSettings)),
         ],
         bases=(_Table,),
         frozen=True,
