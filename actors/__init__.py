@@ -14,10 +14,13 @@ from ._runtime import LlmRuntime as LlmRuntime
 from ._runtime import PreparedCall as PreparedCall
 from ._runtime import open_runtime as open_runtime
 from ._runtime import retry_policy_of as retry_policy_of
-from ._stats import ConnectionPool as ConnectionPool
-from ._stats import HistogramSnapshot as HistogramSnapshot
-from ._stats import ProviderStatistics as ProviderStatistics
-from ._stats import RuntimeStatistics as RuntimeStatistics
+from ._statistics import ConnectionPool as ConnectionPool
+from ._statistics import FinishedCount as FinishedCount
+from ._statistics import GatewayStatistics as GatewayStatistics
+from ._statistics import HistogramSnapshot as HistogramSnapshot
+from ._statistics import ModelHistogram as ModelHistogram
+from ._statistics import ProviderStatistics as ProviderStatistics
+from ._statistics import RuntimeStatistics as RuntimeStatistics
 
 __all__ = [
     "AbortController",
@@ -27,9 +30,12 @@ __all__ = [
     "ConnectionPool",
     "DirectoryHandle",
     "DiscoveryHandle",
+    "FinishedCount",
+    "GatewayStatistics",
     "HistogramSnapshot",
     "LlmRuntime",
     "Middleware",
+    "ModelHistogram",
     "Next",
     "NotInTrioError",
     "PreparedCall",

@@ -286,7 +286,7 @@ class Call:
     _series: CallSeries | None = attrs.field(default=None, init=False)
     #: trio time of the abort that stopped this call (None: none did).
     _aborted_at: float | None = attrs.field(default=None, init=False)
-    #: What the adapter asked to close the moment the call stops (`llmrt.close_on_stop`).
+    #: What the adapter asked to close the moment the call stops (`llmrt.adapter.close_on_stop`).
     _closers: list[Callable[[], None]] | None = attrs.field(default=None, init=False)
     #: True once the runtime's `Stopper` counts this call's stop (its task ending counts it out).
     _stop_counted: bool = attrs.field(default=False, init=False)
@@ -490,7 +490,8 @@ class Call:
         return False
 
     def _close_on_stop(self, close: Callable[[], None]) -> None:
-        """`llmrt.close_on_stop` in this call's task: keep ``close`` (run it if already stopped)."""
+        """`llmrt.adapter.close_on_stop` in this call's task: keep ``close`` (run it if
+        already stopped)."""
         if self._cause is not None or self._scope.cancel_called:
             _run_closer(close)
         elif self._closers is None:
@@ -537,7 +538,7 @@ class Call:
                 saw_block = False
                 started = first = self._watch_last = clock.current_time()
                 self._watch()
-                enter_call(trio.lowlevel.current_task(), self)  # for llmrt.close_on_stop
+                enter_call(trio.lowlevel.current_task(), self)  # for llmrt.adapter.close_on_stop
                 with self._scope:
                     try:
                         opened = await self._dispatch()

@@ -1,4 +1,9 @@
-"""Exact-model metadata, call-config resolution and prepared (one-shot) calls."""
+"""Exact-model metadata, call-config resolution and prepared (one-shot) calls.
+
+The call path's image step, `project_images`, and the route policy it reads,
+`route_image_policy`, are `llmrt.images`' (``runtime/_image_route.py``),
+named here too for the call and the runtime.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,15 @@ from collections.abc import Iterable
 import msgspec
 
 from llmrt._adapter import Adapter
-from llmrt._attachment import ImageAttachments
-from llmrt._content import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, image_placeholder
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import revalidated
-from llmrt._image_route import ImageRequestPolicy, project_request_images
+from llmrt._image_route import project_images as project_images
+from llmrt._image_route import route_image_policy as route_image_policy
 from llmrt._request import (
     CallConfigDefaults,
     GenerateOptions,
     LlmCallConfig,
     ModelInfo,
-    ModelModality,
     ResolvedModelInfo,
 )
 
@@ -27,7 +30,6 @@ __all__ = [
     "resolve_config",
     "config_of",
     "apply_config",
-    "project_inputs",
     "project_images",
     "route_image_policy",
 ]
@@ -172,88 +174,3 @@ def apply_config(options: GenerateOptions, config: LlmCallConfig) -> GenerateOpt
         max_tokens=config.max_tokens,
         stop=config.stop,
     )
-
-
-def project_inputs(
-    options: GenerateOptions, modalities: tuple[ModelModality, ...] | None
-) -> GenerateOptions:
-    """``options`` as a route with these input modalities can take it.
-
-    When the model is known to take no images, every image (tool results'
-    nested images included) becomes a `TextBlock` with its `image_placeholder`.
-    Returns a new request; the caller's messages are never changed. Unknown
-    modalities (``None``) leave the request as it is.
-    """
-    if modalities is None or "image" in modalities:
-        return options
-    messages = options.messages
-    projected = None
-    for i, message in enumerate(messages):
-        content = _without_images(message.content)
-        if content is not None:
-            if projected is None:
-                projected = list(messages)
-            projected[i] = msgspec.structs.replace(message, content=content)
-    if projected is None:
-        return options
-    return msgspec.structs.replace(options, messages=tuple(projected))
-
-
-def _without_images(blocks: tuple[ContentBlock, ...]) -> tuple[ContentBlock, ...] | None:
-    """``blocks`` with images replaced by placeholders, or None when there were none."""
-    out: list[ContentBlock] | None = None
-    for i, block in enumerate(blocks):
-        new: ContentBlock | None = None
-        if type(block) is ImageBlock:
-            new = TextBlock(text=image_placeholder(block))
-        elif type(block) is ToolResultBlock:
-            nested = _without_images(block.content)
-            if nested is not None:
-                new = msgspec.structs.replace(block, content=nested)
-        if new is not None:
-            if out is None:
-                out = list(blocks)
-            out[i] = new
-    return None if out is None else tuple(out)
-
-
-def _has_image(blocks: tuple[ContentBlock, ...]) -> bool:
-    for block in blocks:
-        if type(block) is ImageBlock:
-            return True
-        if type(block) is ToolResultBlock and _has_image(block.content):
-            return True
-    return False
-
-
-def route_image_policy(adapter: Adapter, provider: str, model: str) -> ImageRequestPolicy | None:
-    """The adapter's image policy for one route, checked (bad: ``INVALID_MODEL_INFO``)."""
-    # getattr: an adapter need not subclass Adapter to be registered.
-    declare = getattr(adapter, "image_request_policy", None)
-    policy = None if declare is None else declare(provider, model)
-    if policy is not None and not isinstance(policy, ImageRequestPolicy):
-        raise _invalid(
-            provider, f"image_request_policy() returned {type(policy).__name__}, not a policy"
-        )
-    return policy
-
-
-async def project_images(
-    options: GenerateOptions,
-    modalities: tuple[ModelModality, ...] | None,
-    adapter: Adapter,
-    store: ImageAttachments | None,
-) -> GenerateOptions:
-    """``options`` with every image as the serving route takes it; the caller's stay as they are.
-
-    A text-only model gets `project_inputs`' placeholders. Otherwise, when the
-    request has images, the route's `image_request_policy` is applied by
-    `project_request_images`: oldest images past its limits become
-    placeholders and durable attachments become the route's versions from
-    ``store``. Raises what those raise (`LlmError`).
-    """
-    projected = project_inputs(options, modalities)
-    if projected is not options or not any(_has_image(m.content) for m in options.messages):
-        return projected
-    policy = route_image_policy(adapter, options.provider, options.model)
-    return await project_request_images(options, policy, store)

@@ -60,7 +60,8 @@ from ._retry import (
     check_retry_after_cap,
 )
 from ._secrets import HeldSecrets
-from ._stats import CallSeries, ConnectionPool, RuntimeStatistics, StatsCounters
+from ._statistics import ConnectionPool, RuntimeStatistics
+from ._stats import CallSeries, StatsCounters
 from ._stopper import Stopper
 from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
@@ -83,9 +84,9 @@ def _check_timeout(name: str, value: float) -> float:
     return float(value)
 
 
-def _connection_pools(topology: Topology) -> dict[str, ConnectionPool]:
+def _connection_pools(topology: Topology) -> list[ConnectionPool]:
     """Each registration's upstream pool, under its first provider route, if its adapter tells."""
-    pools: dict[str, ConnectionPool] = {}
+    pools: list[ConnectionPool] = []
     seen: set[Registration] = set()
     for name, route in topology.routes.items():
         registration = route.registration
@@ -99,7 +100,8 @@ def _connection_pools(topology: Topology) -> dict[str, ConnectionPool]:
         except Exception:
             counts = None  # reading a figure never fails the statistics
         if counts is not None:
-            pools[name] = ConnectionPool(open=counts[0], idle=counts[1])
+            pools.append(ConnectionPool(provider=name, open=counts[0], idle=counts[1]))
+    pools.sort(key=lambda pool: pool.provider)
     return pools
 
 
@@ -180,7 +182,7 @@ class RuntimeCore:
             stats.abort_to_finish.observe(abort_latency)
         if delivered is None:
             stats.finished["consumer-left"] += 1
-            series.counters.finished["consumer-left", ""] += 1
+            series.ended("consumer-left", "")
         else:
             reason = delivered.reason
             kind: str = reason.__struct_config__.tag  # type: ignore[assignment]
@@ -188,9 +190,9 @@ class RuntimeCore:
             if type(reason) is FinishError or type(reason) is FinishAborted:
                 code = str(reason.failure.code)
                 stats.failures[code] += 1
-                series.counters.finished[kind, code] += 1
+                series.ended(kind, code)
             else:
-                series.counters.finished[kind, ""] += 1
+                series.ended(kind, "")
         if self.closing and not self.calls:
             self._all_ended.set()
 
@@ -211,10 +213,7 @@ class RuntimeCore:
         stats = self.stats
         stats.chunks_forwarded += forwarded
         stats.chunks_dropped += dropped
-        series.counters.chunks += forwarded
-        if forwarded:
-            series.first_chunk.observe(first - started)
-        series.duration.observe(ended - started)
+        series.worked(forwarded, started, first, ended)
 
     def retry_scheduled(self, code: str) -> None:
         self.stats.retries[code] += 1
@@ -230,7 +229,7 @@ class RuntimeCore:
         snapshot = stats.snapshot(self.registry.registration_count, pools)
         if not self.router.plans:
             return snapshot
-        return attrs.evolve(snapshot, routing=self.router.statistics())
+        return msgspec.structs.replace(snapshot, routing=self.router.statistics())
 
     async def shutdown(self, grace: float) -> None:
         """Abort every call, give them ``grace`` seconds to deliver, then drain registrations."""
@@ -577,7 +576,7 @@ class LlmRuntime:
     def resolve_image_attachment_access(
         self, image: ImageAttachmentRef | ImageBlock, to_world: Callable[[str], str | None]
     ) -> ImageAttachmentAccess | None:
-        """`llmrt.resolve_image_attachment_access` through this runtime's image store.
+        """`llmrt.images.resolve_image_attachment_access` through this runtime's image store.
 
         None when the runtime has no store. The image is not changed.
         """
@@ -778,7 +777,7 @@ async def open_runtime(
     if not isinstance(channel_size, int) or channel_size < 1:
         raise ValueError(f"channel_size must be a positive integer, got {channel_size!r}")
     if image_attachments is not None and not isinstance(image_attachments, ImageAttachments):
-        raise TypeError("image_attachments must be an llmrt.ImageAttachments")
+        raise TypeError("image_attachments must be an llmrt.images.ImageAttachments")
     try:
         async with trio.open_nursery() as nursery:
             registry = Registry(drain_timeout=drain_timeout)

@@ -57,8 +57,8 @@ from llmrt import (
     ToolChoice,
     ToolResultBlock,
     ToolSchema,
-    require_block_types,
 )
+from llmrt.vocabulary import require_block_types
 
 from ._blocks import Block, BlockKind, BlockTracker
 from ._bodies import describe_json_error
@@ -579,7 +579,7 @@ def build_anthropic_body(
 
     Raises `LlmError` (``INVALID_REQUEST``) when a tool call's arguments are
     not a JSON object (naming the call id), or a tool block sits in the wrong role,
-    and for a registered block type (`llmrt.register_content_block`) that the
+    and for a registered block type (`llmrt.vocabulary.register_content_block`) that the
     Messages API has no form for, a forced tool choice with extended thinking,
     and a JSON-object response format (the API has JSON schemas only).
     """

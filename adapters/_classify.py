@@ -25,7 +25,7 @@ Anthropic's ``timeout_error`` maps to ``TIMEOUT``.
 
 Messages quote the provider's error text (truncated), never the raw body in
 full, never request headers; credential-looking phrases the provider echoes
-back are redacted here, before any cut (`llmrt.Redactor` without secrets).
+back are redacted here, before any cut (`llmrt.adapter.Redactor` without secrets).
 The exact keys are removed by value where the call receives the failure
 (the one redaction point, docs/security.md).
 """
@@ -43,7 +43,8 @@ from typing import Any
 
 import msgspec
 
-from llmrt import ErrorCode, LlmFailure, Redactor
+from llmrt import ErrorCode, LlmFailure
+from llmrt.adapter import Redactor
 
 __all__ = [
     "classify_http_error",

@@ -22,16 +22,8 @@ import httpx
 import msgspec
 import trio
 
-from llmrt import (
-    ErrorCode,
-    LlmError,
-    LlmFailure,
-    Redactor,
-    StreamChunk,
-    attribution_headers,
-    close_on_stop,
-    looks_like_secret,
-)
+from llmrt import ErrorCode, LlmError, LlmFailure, StreamChunk
+from llmrt.adapter import Redactor, attribution_headers, close_on_stop, looks_like_secret
 
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
@@ -322,7 +314,7 @@ def _snippet(raw: bytes) -> str:
 
     Cut after the phrasings are removed (a cut could split one), and marked
     with an ellipsis at the very end of the message, where the one redaction
-    point finds the start of a key the cut split (`llmrt.Redactor`).
+    point finds the start of a key the cut split (`llmrt.adapter.Redactor`).
     """
     text = " ".join(_PHRASES.redact(raw.decode("utf-8", "replace")).split())
     if len(text) <= _SNIPPET_CHARS:

@@ -19,7 +19,8 @@ from typing import Any
 import attrs
 import httpx
 
-from llmrt import Adapter, LlmError, ModelInfo, Redactor, ResolvedRetryPolicy
+from llmrt import Adapter, LlmError, ModelInfo, ResolvedRetryPolicy
+from llmrt.adapter import Redactor
 
 from ._http import KeyRedaction, make_client, pool_counts
 from ._models import fetch_models

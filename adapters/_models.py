@@ -21,12 +21,8 @@ from contextlib import aclosing
 import httpx
 import msgspec
 
-from llmrt import (
-    ErrorCode,
-    LlmError,
-    ModelInfo,
-    ModelModality,
-)
+from llmrt import ErrorCode, LlmError, ModelInfo
+from llmrt.adapter import ModelModality
 
 from ._classify import classify_http_error
 from ._http import body_reads, translate_http_error

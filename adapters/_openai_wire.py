@@ -30,10 +30,6 @@ import attrs
 import msgspec
 
 from llmrt import (
-    JSON_OBJECT,
-    JSON_SCHEMA,
-    STRICT_TOOLS,
-    TOOL_CHOICE,
     ErrorCode,
     FinishMaxTokens,
     FinishReason,
@@ -56,6 +52,12 @@ from llmrt import (
     ToolChoice,
     ToolResultBlock,
     ToolSchema,
+)
+from llmrt.vocabulary import (
+    JSON_OBJECT,
+    JSON_SCHEMA,
+    STRICT_TOOLS,
+    TOOL_CHOICE,
     require_block_types,
 )
 
@@ -184,7 +186,7 @@ class Dialect:
     effort_none_body: Mapping[str, Any] | None = None
     #: Whether to ask for usage in the stream (``stream_options.include_usage``).
     stream_usage: bool = True
-    #: The optional request features the server honours (`llmrt.REQUEST_FEATURES`):
+    #: The optional request features the server honours (`llmrt.vocabulary.REQUEST_FEATURES`):
     #: ``tool_choice``, ``response_format`` json_schema / json_object, ``strict`` tools.
     features: frozenset[str] = _ALL_FEATURES
 
@@ -613,7 +615,7 @@ def build_openai_body(
 
     Raises `LlmError` (``INVALID_REQUEST``) for a tool call in a user message
     or a tool result in an assistant message, and for a registered block type
-    (`llmrt.register_content_block`) that chat completions has no form for.
+    (`llmrt.vocabulary.register_content_block`) that chat completions has no form for.
     """
     # Extension blocks would otherwise be dropped silently below.
     require_block_types(options.messages, route=options.provider)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from llmrt import looks_like_secret
+from llmrt.adapter import looks_like_secret
 
 from ._openai_wire import DIALECTS, Dialect
 from .plugin import MaxTokensField, ModelSpec

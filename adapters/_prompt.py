@@ -23,8 +23,8 @@ from llmrt import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    image_placeholder,
 )
+from llmrt.images import image_placeholder
 
 __all__ = [
     "image_placeholder",

@@ -17,17 +17,15 @@ import attrs
 import msgspec
 
 from llmrt import (
-    JSON_SCHEMA,
-    STRICT_TOOLS,
-    TOOL_CHOICE,
     Adapter,
     GenerateOptions,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
+from llmrt.adapter import ProviderInfo
+from llmrt.vocabulary import JSON_SCHEMA, STRICT_TOOLS, TOOL_CHOICE
 
 from ._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
 from ._http import (

@@ -24,7 +24,6 @@ import outcome
 import trio
 
 from llmrt import (
-    TOOL_CHOICE,
     Adapter,
     BlockEnd,
     BlockStart,
@@ -33,14 +32,10 @@ from llmrt import (
     FinishStop,
     FinishToolCalls,
     GenerateOptions,
-    ModelContext,
     ModelInfo,
-    ModelReasoningInfo,
     NamedToolChoice,
-    ProviderInfo,
     ReasoningBlock,
     ReasoningDelta,
-    ReasoningEffortInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -53,6 +48,8 @@ from llmrt import (
     ToolSchema,
     UsageChunk,
 )
+from llmrt.adapter import ModelContext, ModelReasoningInfo, ProviderInfo, ReasoningEffortInfo
+from llmrt.vocabulary import TOOL_CHOICE
 
 from ._schema_sample import sample_arguments
 from .plugin import AdapterConfig, AdapterPlugin, ModelSpec, Problem

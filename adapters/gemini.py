@@ -19,17 +19,15 @@ import attrs
 import msgspec
 
 from llmrt import (
-    JSON_OBJECT,
-    JSON_SCHEMA,
-    TOOL_CHOICE,
     Adapter,
     GenerateOptions,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
+from llmrt.adapter import ProviderInfo
+from llmrt.vocabulary import JSON_OBJECT, JSON_SCHEMA, TOOL_CHOICE
 
 from ._gemini_wire import GeminiStreamDecoder, build_gemini_body
 from ._http import (

@@ -36,20 +36,22 @@ import trio
 
 from llmrt import (
     Adapter,
-    ConfigurableProvider,
-    DiscoveredModel,
     ErrorCode,
     GenerateOptions,
     LlmError,
-    ModelDiscoveryRequest,
     ModelInfo,
-    ProviderInfo,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
 from llmrt._egress import base_url_problem
+from llmrt.adapter import (
+    ConfigurableProvider,
+    DiscoveredModel,
+    ModelDiscoveryRequest,
+    ProviderInfo,
+    Redactor,
+)
 
 from ._client_pool import ClientPool
 from ._http import (

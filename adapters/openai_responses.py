@@ -18,15 +18,15 @@ import attrs
 import msgspec
 
 from llmrt import (
-    REQUEST_FEATURES,
     Adapter,
     GenerateOptions,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
 )
+from llmrt.adapter import ProviderInfo
+from llmrt.vocabulary import REQUEST_FEATURES
 
 from ._http import (
     SSEFeed,

@@ -34,16 +34,14 @@ from typing import Annotated, Any, ClassVar, Literal
 import attrs
 import msgspec
 
-from llmrt import (
-    Adapter,
+from llmrt import Adapter, ResolvedModelInfo, ResolvedRetryPolicy
+from llmrt.adapter import (
     ConfigurableProvider,
     DiscoveredModel,
     ModelContext,
     ModelDiscoveryRequest,
     ModelReasoningInfo,
     ReasoningEffortInfo,
-    ResolvedModelInfo,
-    ResolvedRetryPolicy,
 )
 
 __all__ = [

@@ -17,7 +17,6 @@ import attrs
 import trio
 
 from llmrt import (
-    REQUEST_FEATURES,
     Adapter,
     BlockEnd,
     BlockStart,
@@ -26,7 +25,6 @@ from llmrt import (
     FinishStop,
     GenerateOptions,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -35,6 +33,8 @@ from llmrt import (
     TokenUsage,
     UsageChunk,
 )
+from llmrt.adapter import ProviderInfo
+from llmrt.vocabulary import REQUEST_FEATURES
 
 __all__ = ["Delay", "Stall", "Raise", "Step", "ScriptedAdapter", "text_script"]
 

@@ -11,8 +11,9 @@ writes ``bench/results/scaleout.json`` (``scaleout-quick.json`` with
 
    * the bare call path, µs per chunk of ``async for chunk in call`` over a
      `ScriptedAdapter` (one long call, and many 100-chunk calls), and the same
-     with the metric recording switched off (the runtime's counting methods
-     swapped for their pre-metrics versions, in this process only), taking
+     with the per-series recording switched off (`StatsCounters.series` and
+     the `CallSeries` recording methods the runtime calls swapped for no-ops,
+     in this process only; the runtime's global counters stay), taking
      turns; their paired difference is shown, but on a shared machine it is
      mostly noise: the recording is far below the run-to-run spread;
    * so each added operation is also timed alone (fastest of 50 short runs,
@@ -79,17 +80,12 @@ from _common import environment, median, sized, table, write_json
 
 import llmrt
 from llmrt import (
-    ErrorCode,
-    Finish,
-    FinishAborted,
-    FinishError,
-    FinishStop,
     GenerateOptions,
     open_runtime,
     user_message,
 )
 from llmrt.actors._runtime import RuntimeCore
-from llmrt.actors._stats import CallSeries, StatsCounters, _ProviderCounters
+from llmrt.actors._stats import CallSeries, StatsCounters
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._counters import GatewayCounters, payload_bytes
 from llmrt.actors.gateway._metrics import GatewayMetrics
@@ -131,66 +127,37 @@ def request(model: str = "bench") -> GenerateOptions:
 
 # ---- the runtime's counting without the metrics, for the A/B --------------------------------
 #
-# Copies of RuntimeCore's counting methods as they were before the metrics:
-# global counters only, no series, no histograms.
+# The per-series recording (what the metrics added to the global counters) is
+# `StatsCounters.series` and the two `CallSeries` methods the runtime calls;
+# switching them off leaves the runtime's own `call_started`/`call_ended`/
+# `call_worked` as they are, global counters included (no copy to drift). The
+# switched-off methods are still called: what the A/B prices is their work.
 
-_BARE_SERIES = CallSeries("bench", "bench", _ProviderCounters())
+_BARE_SERIES = StatsCounters().series("bench", "bench", routed=True)
 
 
-def _bare_call_started(self: RuntimeCore, call: Any) -> CallSeries:
-    self.stats.calls_started += 1
-    self.stats.calls_in_flight += 1
-    self.calls.add(call)
-    if self.closing:
-        call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+def _no_series(self: StatsCounters, provider: str, model: str, routed: bool) -> CallSeries:
     return _BARE_SERIES
 
 
-def _bare_call_ended(
-    self: RuntimeCore,
-    call: Any,
-    series: CallSeries,
-    delivered: Finish | None,
-    middleware_failed: bool,
-    abort_latency: float | None,
-) -> None:
-    self.calls.discard(call)
-    stats = self.stats
-    stats.calls_in_flight -= 1
-    if delivered is None:
-        stats.finished["consumer-left"] += 1
-    else:
-        reason = delivered.reason
-        stats.finished[reason.__struct_config__.tag] += 1  # type: ignore[index]
-        if type(reason) is FinishError or type(reason) is FinishAborted:
-            stats.failures[str(reason.failure.code)] += 1
-    if self.closing and not self.calls:
-        self._all_ended.set()
+def _no_end(self: CallSeries, kind: str, code: str) -> None:
+    pass
 
 
-def _bare_call_worked(
-    self: RuntimeCore,
-    series: CallSeries,
-    forwarded: int,
-    dropped: int,
-    started: float,
-    first: float,
-    ended: float,
-) -> None:
-    self.stats.chunks_forwarded += forwarded
-    self.stats.chunks_dropped += dropped
+def _no_work(self: CallSeries, forwarded: int, started: float, first: float, ended: float) -> None:
+    pass
 
 
 @contextmanager
 def metrics_off() -> Iterator[None]:
-    saved = (RuntimeCore.call_started, RuntimeCore.call_ended, RuntimeCore.call_worked)
-    RuntimeCore.call_started = _bare_call_started  # type: ignore[method-assign]
-    RuntimeCore.call_ended = _bare_call_ended  # type: ignore[method-assign]
-    RuntimeCore.call_worked = _bare_call_worked  # type: ignore[method-assign]
+    saved = (StatsCounters.series, CallSeries.ended, CallSeries.worked)
+    StatsCounters.series = _no_series  # type: ignore[method-assign]
+    CallSeries.ended = _no_end  # type: ignore[method-assign]
+    CallSeries.worked = _no_work  # type: ignore[method-assign]
     try:
         yield
     finally:
-        RuntimeCore.call_started, RuntimeCore.call_ended, RuntimeCore.call_worked = saved
+        StatsCounters.series, CallSeries.ended, CallSeries.worked = saved  # type: ignore[method-assign]
 
 
 # ---- 1. metrics ----------------------------------------------------------------------------
@@ -306,43 +273,29 @@ def per_chunk_test_ns(iterations: int) -> float:
     return max(0.0, (_best_ns(with_test, 1) - _best_ns(without, 1)) / iterations)
 
 
-class _Dummy:
-    """Stands in for a call where the counting methods only need its identity."""
-
-    watch_entry = None
-
-
 async def per_call_ns() -> dict[str, float]:
-    """What the metrics add per call, operation by operation, against the pre-metrics code."""
+    """What the metrics add per call, operation by operation: the per-series recording."""
     async with open_runtime() as rt:
         await rt.register_adapter(["bench"], ScriptedAdapter(text_script(["x"])))
         core: RuntimeCore = rt._core
         stats = core.stats
         routes = core.registry.topology.routes
         series = stats.series("bench", "bench", routed=True)
-        finish = Finish(reason=FinishStop())
-        call = _Dummy()
         clock = trio.lowlevel.current_clock()
         n = 20_000
 
-        def start_extra() -> None:  # start_call's added lines
+        def start_extra() -> None:  # call_started's per-series lines
             series_ = stats.series("bench", "bench", "bench" in routes)
             series_.counters.started += 1
 
         parts = {
             "start: series lookup + started": _best_ns(start_extra, n),
-            "end: per-provider finish count (minus the old end)": _best_ns(
-                lambda: core.call_ended(call, series, finish, False, None),  # type: ignore[arg-type]
-                n,
-            )
-            - _best_ns(lambda: _bare_call_ended(core, call, series, finish, False, None), n),
-            "work: chunks + two histogram observations (minus the old count)": _best_ns(
-                lambda: core.call_worked(series, 100, 0, 1.0, 1.2, 3.0), n
-            )
-            - _best_ns(lambda: _bare_call_worked(core, series, 100, 0, 1.0, 1.2, 3.0), n),
+            "end: per-provider finish count": _best_ns(lambda: series.ended("stop", ""), n),
+            "work: chunks + two histogram observations": _best_ns(
+                lambda: series.worked(100, 1.0, 1.2, 3.0), n
+            ),
             "one more clock reading": _best_ns(clock.current_time, n),
         }
-        stats.calls_in_flight += 2 * REPEAT * n  # call_ended ran that often without a start
     return {key: max(0.0, value) for key, value in parts.items()}
 
 

@@ -80,7 +80,7 @@ class Adapter(abc.ABC):
     def request_features(self, provider: str, model: str) -> frozenset[str]:
         """The optional request features this adapter sends for one route and model.
 
-        Names from ``llmrt.REQUEST_FEATURES`` (``tool-choice``, ``json-schema``,
+        Names from ``llmrt.vocabulary.REQUEST_FEATURES`` (``tool-choice``, ``json-schema``,
         ``json-object``, ``strict-tools``). The runtime refuses a request that
         needs a feature not listed here with ``INVALID_REQUEST`` before
         `stream` is called, so nothing is dropped silently. Default: none.

@@ -5,7 +5,7 @@ Encoders and decoders are built once. Every decoder raises `DecodeError`
 
 The decoders are closed over the built-in vocabulary (fast). When one fails
 validation and a block, source or finish kind has been registered
-(`llmrt.register_content_block` and its siblings), the value is decoded
+(`llmrt.vocabulary.register_content_block` and its siblings), the value is decoded
 again with the registered kinds (`_vocab.decode_open`); the hot path pays
 nothing for that.
 """

@@ -9,7 +9,7 @@ building the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Literal, overload
 
 import msgspec
@@ -35,6 +35,7 @@ __all__ = [
     "offloaded_image_prefix_count",
     "offloaded_image_placeholder",
     "offload_request_images_with_policy",
+    "replace_request_images",
 ]
 
 _Limit = Annotated[int, msgspec.Meta(ge=0)]
@@ -159,19 +160,17 @@ def offloaded_image_placeholder(
     return f"[image left out to fit the request's image limits: {identity}{where}]"
 
 
-def _replace_oldest(
-    blocks: tuple[ContentBlock, ...], remaining: list[int], text: Callable[[ImageBlock], str]
+def _replace(
+    blocks: tuple[ContentBlock, ...], replacements: Mapping[int, ContentBlock], seen: list[int]
 ) -> tuple[ContentBlock, ...] | None:
     out: list[ContentBlock] | None = None
     for i, block in enumerate(blocks):
-        if remaining[0] == 0:
-            break
         new: ContentBlock | None = None
         if type(block) is ImageBlock:
-            remaining[0] -= 1
-            new = TextBlock(text=text(block))
+            new = replacements.get(seen[0])
+            seen[0] += 1
         elif type(block) is ToolResultBlock:
-            nested = _replace_oldest(block.content, remaining, text)
+            nested = _replace(block.content, replacements, seen)
             if nested is not None:
                 new = msgspec.structs.replace(block, content=nested)
         if new is not None:
@@ -179,6 +178,30 @@ def _replace_oldest(
                 out = list(blocks)
             out[i] = new
     return None if out is None else tuple(out)
+
+
+def replace_request_images(
+    messages: tuple[Message, ...], replacements: Mapping[int, ContentBlock]
+) -> tuple[Message, ...]:
+    """``messages`` with image occurrence ``n`` (as `request_images` numbers them) replaced
+    by ``replacements[n]``, for each ``n`` given.
+
+    One walk, which ends after the last message holding a replaced image.
+    Nothing is mutated: untouched messages and blocks are the caller's own
+    objects, and with no replacements ``messages`` itself is returned.
+    """
+    if not replacements:
+        return messages
+    last = max(replacements)
+    seen = [0]
+    projected = list(messages)
+    for i, message in enumerate(messages):
+        if seen[0] > last:
+            break
+        content = _replace(message.content, replacements, seen)
+        if content is not None:
+            projected[i] = msgspec.structs.replace(message, content=content)
+    return tuple(projected)
 
 
 @overload
@@ -211,17 +234,13 @@ def offload_request_images_with_policy(
     when nothing is left out ``request`` itself is returned.
     """
     messages = request.messages if isinstance(request, GenerateOptions) else request
-    count = offloaded_image_prefix_count(request_image_sizes(messages), policy)
+    images = request_images(messages)
+    count = offloaded_image_prefix_count([image_byte_size(image) for image in images], policy)
     if count == 0:
         return request
-    remaining = [count]
-    projected = list(messages)
-    for i, message in enumerate(messages):
-        if remaining[0] == 0:
-            break
-        content = _replace_oldest(message.content, remaining, placeholder)
-        if content is not None:
-            projected[i] = msgspec.structs.replace(message, content=content)
+    projected = replace_request_images(
+        messages, {n: TextBlock(text=placeholder(images[n])) for n in range(count)}
+    )
     if isinstance(request, GenerateOptions):
-        return msgspec.structs.replace(request, messages=tuple(projected))
-    return tuple(projected)
+        return msgspec.structs.replace(request, messages=projected)
+    return projected

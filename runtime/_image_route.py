@@ -5,6 +5,9 @@ image it wants, and what it leaves out when a request carries too many) and,
 when it charges visual tokens, an `ImageRequestPricing` that reproduces the
 same decision from metadata. `project_request_images` is the projection: it
 offloads, then asks the host's store for each kept attachment's version.
+`project_images` is the call path's one image step: it reads the request's
+images once and rewrites the request at most once, whatever the route is
+(text-only, image-capable with or without a policy).
 """
 
 from __future__ import annotations
@@ -25,16 +28,17 @@ from ._attachment import (
     ImageVersion,
     fit_image_dimensions,
 )
-from ._content import ContentBlock, ImageBlock, Message, ToolResultBlock
+from ._content import ContentBlock, ImageBlock, Message, TextBlock, image_placeholder
 from ._errors import ErrorCode, LlmError
 from ._image_offload import (
     ImageOffloadPolicy,
     image_byte_size,
-    offload_request_images_with_policy,
+    offloaded_image_placeholder,
     offloaded_image_prefix_count,
+    replace_request_images,
     request_images,
 )
-from ._request import GenerateOptions
+from ._request import GenerateOptions, ModelModality
 from ._wire import Wire
 
 __all__ = [
@@ -42,6 +46,8 @@ __all__ = [
     "ImageRequestPricing",
     "ImageRequestPrice",
     "project_request_images",
+    "project_images",
+    "route_image_policy",
     "DEFAULT_IMAGE_PROJECTION_TIMEOUT",
     "DEFAULT_MAX_PROJECTED_IMAGE_BYTES",
 ]
@@ -121,16 +127,6 @@ class ImageRequestPricing(Wire, frozen=True):
         return ImageRequestPrice(images=len(images), offloaded=cut, tokens=tokens)
 
 
-def _needs_projection(blocks: tuple[ContentBlock, ...]) -> bool:
-    for block in blocks:
-        if type(block) is ImageBlock:
-            if block.attachment is not None and block.variant_id is None:
-                return True
-        elif type(block) is ToolResultBlock and _needs_projection(block.content):
-            return True
-    return False
-
-
 def _check_version(
     ref: ImageAttachmentRef, target: ImageRequestTarget, version: object
 ) -> ImageVersion:
@@ -153,27 +149,6 @@ def _check_version(
     ):
         raise bad(f"is {version.width}x{version.height}px, larger than the route takes")
     return version
-
-
-async def _project_blocks(
-    blocks: tuple[ContentBlock, ...],
-    load: _Loader,
-) -> tuple[ContentBlock, ...] | None:
-    out: list[ContentBlock] | None = None
-    for i, block in enumerate(blocks):
-        new: ContentBlock | None = None
-        if type(block) is ImageBlock:
-            if block.attachment is not None and block.variant_id is None:
-                new = await load.version_block(block.attachment)
-        elif type(block) is ToolResultBlock:
-            nested = await _project_blocks(block.content, load)
-            if nested is not None:
-                new = msgspec.structs.replace(block, content=nested)
-        if new is not None:
-            if out is None:
-                out = list(blocks)
-            out[i] = new
-    return None if out is None else tuple(out)
 
 
 @attrs.define(eq=False)
@@ -241,27 +216,105 @@ async def project_request_images(
     store takes longer than ``time_bound`` seconds for the whole request. A
     checkpoint only when it loads something.
     """
-    if policy is not None and policy.offload is not None:
-        options = offload_request_images_with_policy(options, policy.offload)
-    messages = options.messages
-    if not any(_needs_projection(message.content) for message in messages):
+    return await _project(
+        options, request_images(options.messages), policy, store, time_bound, max_total_bytes
+    )
+
+
+async def _project(
+    options: GenerateOptions,
+    images: tuple[ImageBlock, ...],
+    policy: ImageRequestPolicy | None,
+    store: ImageAttachments | None,
+    time_bound: float = DEFAULT_IMAGE_PROJECTION_TIMEOUT,
+    max_total_bytes: int = DEFAULT_MAX_PROJECTED_IMAGE_BYTES,
+) -> GenerateOptions:
+    """`project_request_images` over the request's images, already read (`request_images`)."""
+    offload = None if policy is None else policy.offload
+    cut = (
+        0
+        if offload is None or not images
+        else offloaded_image_prefix_count([image_byte_size(image) for image in images], offload)
+    )
+    replacements: dict[int, ContentBlock] = {
+        n: TextBlock(text=offloaded_image_placeholder(images[n])) for n in range(cut)
+    }
+    pending = [
+        n
+        for n in range(cut, len(images))
+        if images[n].attachment is not None and images[n].variant_id is None
+    ]
+    if pending:
+        if store is None:
+            raise LlmError(
+                ErrorCode.INVALID_REQUEST,
+                "the request has durable image attachments but the runtime has no image "
+                "store (open_runtime(image_attachments=...))",
+            )
+        target = policy.target if policy is not None else ImageRequestTarget()
+        load = _Loader(store, target, max_total_bytes)
+        with trio.move_on_after(time_bound) as scope:
+            for n in pending:
+                ref = images[n].attachment
+                assert ref is not None
+                replacements[n] = await load.version_block(ref)
+        if scope.cancelled_caught:
+            raise LlmError(
+                ErrorCode.TIMEOUT,
+                f"the image store took longer than {time_bound} s for this request",
+            )
+    if not replacements:
         return options
-    if store is None:
-        raise LlmError(
-            ErrorCode.INVALID_REQUEST,
-            "the request has durable image attachments but the runtime has no image "
-            "store (open_runtime(image_attachments=...))",
+    return msgspec.structs.replace(
+        options, messages=replace_request_images(options.messages, replacements)
+    )
+
+
+def _invalid_policy(provider: str, what: str) -> LlmError:
+    return LlmError(ErrorCode.INVALID_MODEL_INFO, f"provider {provider!r}: {what}")
+
+
+def route_image_policy(adapter: object, provider: str, model: str) -> ImageRequestPolicy | None:
+    """The adapter's image policy for one route, checked (bad: ``INVALID_MODEL_INFO``)."""
+    # getattr: an adapter need not subclass Adapter to be registered.
+    declare = getattr(adapter, "image_request_policy", None)
+    policy = None if declare is None else declare(provider, model)
+    if policy is not None and not isinstance(policy, ImageRequestPolicy):
+        raise _invalid_policy(
+            provider, f"image_request_policy() returned {type(policy).__name__}, not a policy"
         )
-    target = policy.target if policy is not None else ImageRequestTarget()
-    load = _Loader(store, target, max_total_bytes)
-    projected = list(messages)
-    with trio.move_on_after(time_bound) as scope:
-        for i, message in enumerate(messages):
-            content = await _project_blocks(message.content, load)
-            if content is not None:
-                projected[i] = msgspec.structs.replace(message, content=content)
-    if scope.cancelled_caught:
-        raise LlmError(
-            ErrorCode.TIMEOUT, f"the image store took longer than {time_bound} s for this request"
+    return policy
+
+
+async def project_images(
+    options: GenerateOptions,
+    modalities: tuple[ModelModality, ...] | None,
+    adapter: object,
+    store: ImageAttachments | None,
+) -> GenerateOptions:
+    """``options`` with every image as the route served by ``adapter`` takes it.
+
+    The call path's one image step, run once per call after the adapter is
+    chosen: it reads the request's images once (`request_images`) and
+    rewrites the request at most once; the caller's messages stay as they
+    are, and a request without images is returned as it is without asking
+    the adapter anything. A model known to take no images (``modalities``
+    without ``"image"``; None: unknown) gets every image, tool results'
+    included, as a `TextBlock` with its `image_placeholder`. Otherwise the
+    route's `image_request_policy` is applied as `project_request_images`
+    does: oldest images past its limits become placeholders and durable
+    attachments become the route's versions from ``store``. Raises what
+    those raise (`LlmError`; an adapter's own exception from its policy).
+    """
+    images = request_images(options.messages)
+    if not images:
+        return options
+    if modalities is not None and "image" not in modalities:
+        placeholders: dict[int, ContentBlock] = {
+            n: TextBlock(text=image_placeholder(image)) for n, image in enumerate(images)
+        }
+        return msgspec.structs.replace(
+            options, messages=replace_request_images(options.messages, placeholders)
         )
-    return msgspec.structs.replace(options, messages=tuple(projected))
+    policy = route_image_policy(adapter, options.provider, options.model)
+    return await _project(options, images, policy, store)

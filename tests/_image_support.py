@@ -7,18 +7,18 @@ import hashlib
 import attrs
 import trio
 
-from llmrt import (
+from llmrt import ResolvedModelInfo
+from llmrt.adapters.scripted import ScriptedAdapter, text_script
+from llmrt.images import (
     ImageAttachmentRef,
     ImageAttachments,
     ImageRequestPolicy,
     ImageRequestPricing,
     ImageRequestTarget,
     ImageVersion,
-    ResolvedModelInfo,
     fit_image_dimensions,
     image_attachment_ref,
 )
-from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 
 @attrs.define(eq=False)

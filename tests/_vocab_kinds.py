@@ -7,10 +7,11 @@ imports them from here (a second class with the same tag would be refused).
 from __future__ import annotations
 
 import llmrt
-from llmrt import ContentBlock, Wire
+from llmrt import ContentBlock
+from llmrt.vocabulary import Wire
 
 
-@llmrt.register_content_block
+@llmrt.vocabulary.register_content_block
 class AudioBlock(Wire, frozen=True, tag_field="type", tag="audio"):
     """A plugin's audio clip: base64 data and its media type."""
 
@@ -19,7 +20,7 @@ class AudioBlock(Wire, frozen=True, tag_field="type", tag="audio"):
     transcript: str | None = None
 
 
-@llmrt.register_content_block
+@llmrt.vocabulary.register_content_block
 class QuoteBlock(Wire, frozen=True, tag_field="type", tag="quote"):
     """An extension block that itself nests content (exercises the recursive unions)."""
 
@@ -27,14 +28,14 @@ class QuoteBlock(Wire, frozen=True, tag_field="type", tag="quote"):
     content: tuple[ContentBlock, ...]
 
 
-@llmrt.register_message_source
+@llmrt.vocabulary.register_message_source
 class AgentSource(Wire, frozen=True, tag_field="kind", tag="agent"):
     """A message produced by another agent."""
 
     agent: str
 
 
-@llmrt.register_finish_reason
+@llmrt.vocabulary.register_finish_reason
 class FinishContentFilter(Wire, frozen=True, tag_field="kind", tag="content-filter"):
     """A provider-specific reason: the provider's filter stopped the answer."""
 

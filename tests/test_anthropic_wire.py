@@ -35,9 +35,9 @@ from llmrt import (
     ToolCallDelta,
     ToolSchema,
     UsageChunk,
-    image_placeholder,
 )
 from llmrt.adapters._anthropic_wire import AnthropicStreamDecoder, build_anthropic_body
+from llmrt.images import image_placeholder
 
 WIRE = pathlib.Path(__file__).parent / "wire"
 EXPECTED: dict[str, Any] = json.loads((WIRE / "expected.json").read_text())

@@ -80,7 +80,14 @@ def test_every_command_module_has_the_command_shape() -> None:
 
     from llmrt.actors.app.cli import COMMANDS, build_parser
 
-    assert [entry.name for entry in COMMANDS] == ["serve", "call", "providers", "models", "stats", "routes"]
+    assert [entry.name for entry in COMMANDS] == [
+        "serve",
+        "call",
+        "providers",
+        "models",
+        "stats",
+        "routes",
+    ]
     for entry in COMMANDS:
         module = importlib.import_module(f"llmrt.actors.app.cli.{entry.module}")
         assert list(inspect.signature(module.add_arguments).parameters) == ["parser"]

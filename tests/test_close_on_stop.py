@@ -1,4 +1,4 @@
-"""`llmrt.close_on_stop`: a stopped call closes what the adapter registered at the stop itself."""
+"""`llmrt.adapter.close_on_stop`: a stopped call closes what the adapter registered, at the stop."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from llmrt import (
     GenerateOptions,
     StreamChunk,
     TextDelta,
-    close_on_stop,
     user_message,
 )
+from llmrt.adapter import close_on_stop
 from llmrt.testing import SSEScript, open_upstream, openai_events
 
 pytestmark = pytest.mark.timeout(20)

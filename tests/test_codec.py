@@ -205,10 +205,10 @@ def test_bad_requests_raise_decode_error(data: bytes, needle: str) -> None:
 @pytest.mark.parametrize(
     ("data", "typ", "needle"),
     [
-        (b'{"id":"","name":"x"}', llmrt.ReasoningEffortInfo, "`$.id`"),
-        (b'{"contextWindow":0}', llmrt.ModelContext, "`$.contextWindow`"),
-        (b'{"baseURL":5}', llmrt.ModelDiscoveryRequest, "`$.baseURL`"),
-        (b'{"product":"llmrt"}', llmrt.AppIdentity, "`version`"),
+        (b'{"id":"","name":"x"}', llmrt.adapter.ReasoningEffortInfo, "`$.id`"),
+        (b'{"contextWindow":0}', llmrt.adapter.ModelContext, "`$.contextWindow`"),
+        (b'{"baseURL":5}', llmrt.adapter.ModelDiscoveryRequest, "`$.baseURL`"),
+        (b'{"product":"llmrt"}', llmrt.adapter.AppIdentity, "`version`"),
         (b'{"mode":"sometimes"}', llmrt.ResolvedRetryPolicy, "`$.mode`"),
         (b'{"inputTokens":1.5,"outputTokens":0}', llmrt.TokenUsage, "`$.inputTokens`"),
     ],

@@ -19,7 +19,7 @@ import trio
 from _cli_process import kill, spawn_cli
 
 import llmrt
-from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, looks_like_secret
+from llmrt import ErrorCode, Finish, FinishError, GenerateOptions
 from llmrt.actors.app.config import (
     CONFIG_INVALID,
     Config,
@@ -30,6 +30,7 @@ from llmrt.actors.app.config import (
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway.client import open_gateway_client
+from llmrt.adapter import looks_like_secret
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 
 # Made-up values in the documented shapes.

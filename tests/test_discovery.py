@@ -16,7 +16,8 @@ import trio
 import trio.testing
 
 import llmrt
-from llmrt import DiscoveredModel, ErrorCode, ModelDiscoveryRequest
+from llmrt import ErrorCode
+from llmrt.adapter import DiscoveredModel, ModelDiscoveryRequest
 from llmrt.adapters.openai_chat import (
     OLLAMA_NS,
     OPENAI_COMPATIBLE_NS,
@@ -76,7 +77,7 @@ async def test_an_openai_compatible_endpoint_is_discovered_at_v1_models() -> Non
     (sent,) = up.requests
     assert (sent.method, sent.path) == ("GET", "/v1/models")
     assert sent.headers["authorization"] == f"Bearer {KEY}"
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     assert KEY not in repr(request)
 
 

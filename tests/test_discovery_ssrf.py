@@ -22,11 +22,12 @@ import pytest
 import trio
 
 import llmrt
-from llmrt import ErrorCode, ModelDiscoveryRequest
+from llmrt import ErrorCode
 from llmrt.actors.app.cli._serving import gateway_limits
 from llmrt.actors.app.config import Config, ConfigError, load_config, register_settings
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway.client import open_gateway_client
+from llmrt.adapter import ModelDiscoveryRequest
 from llmrt.testing import ErrorScript, open_upstream
 
 SECRET = "internal-only: db password hunter2, admin panel at /admin"

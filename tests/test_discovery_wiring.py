@@ -21,7 +21,7 @@ import trio
 from test_discovery import KEY, OLLAMA_TAGS, closed_port, ollama_router
 
 import llmrt
-from llmrt import ConfigurableProvider, DiscoveredModel, ErrorCode, ModelDiscoveryRequest
+from llmrt import ErrorCode
 from llmrt.actors.app.cli import main
 from llmrt.actors.app.config import (
     Config,
@@ -33,6 +33,7 @@ from llmrt.actors.app.config import (
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._protocol import JSON, ClientFrame, DiscoverModelsFrame
 from llmrt.actors.gateway.client import open_gateway_client
+from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest
 from llmrt.adapters._presets import PRESETS
 from llmrt.testing import ErrorScript, SSEScript, open_upstream
 

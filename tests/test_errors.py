@@ -163,38 +163,40 @@ def test_failure_of_result_is_a_wire_value() -> None:
 
 def test_model_discovery_request_repr_hides_the_api_key() -> None:
     secret = "sk-live-0123456789abcdef"
-    request = llmrt.ModelDiscoveryRequest(
+    request = llmrt.adapter.ModelDiscoveryRequest(
         provider="vllm", base_url="http://127.0.0.1:8000", api_key=secret
     )
     for text in (repr(request), str(request), f"{request}", f"{request!r}", repr([request])):
         assert secret not in text
         assert "vllm" in text
-    assert "api_key=None" in repr(llmrt.ModelDiscoveryRequest())
+    assert "api_key=None" in repr(llmrt.adapter.ModelDiscoveryRequest())
     # rich (pretty-printing loggers, tracebacks with locals) reads `__rich_repr__`.
     rich_fields = dict(request.__rich_repr__())
     assert secret not in repr(rich_fields)
     assert rich_fields["api_key"] == "***"
     assert rich_fields["provider"] == "vllm"
     # The key still travels on the wire: it is the point of the request.
-    decoded = llmrt.decode(llmrt.encode(request), llmrt.ModelDiscoveryRequest)
+    decoded = llmrt.decode(llmrt.encode(request), llmrt.adapter.ModelDiscoveryRequest)
     assert decoded.api_key == secret
 
 
 def test_attribution_headers_come_from_package_metadata() -> None:
     version = importlib.metadata.version("llmrt")
-    headers = llmrt.attribution_headers()
+    headers = llmrt.adapter.attribution_headers()
     assert set(headers) == {"User-Agent"}
     agent = headers["User-Agent"]
     assert agent.startswith(f"llmrt/{version} (+")
     assert agent.endswith(")")
     url = agent[len(f"llmrt/{version} (+") : -1]
     assert url.startswith("https://")
-    assert llmrt.app_identity().version == version
+    assert llmrt.adapter.app_identity().version == version
     assert llmrt.__version__ == version
 
 
 def test_attribution_headers_for_a_custom_identity() -> None:
-    ident = llmrt.AppIdentity(product="host", version="2.0", url="https://example.org")
-    assert llmrt.attribution_headers(ident) == {"User-Agent": "host/2.0 (+https://example.org)"}
-    bare = llmrt.AppIdentity(product="host", version="2.0", url="")
-    assert llmrt.attribution_headers(bare) == {"User-Agent": "host/2.0"}
+    ident = llmrt.adapter.AppIdentity(product="host", version="2.0", url="https://example.org")
+    assert llmrt.adapter.attribution_headers(ident) == {
+        "User-Agent": "host/2.0 (+https://example.org)"
+    }
+    bare = llmrt.adapter.AppIdentity(product="host", version="2.0", url="")
+    assert llmrt.adapter.attribution_headers(bare) == {"User-Agent": "host/2.0"}

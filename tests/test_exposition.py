@@ -23,7 +23,7 @@ from prometheus_client.core import (
 )
 
 import llmrt
-from llmrt.actors._stats import HistogramSnapshot
+from llmrt.actors._statistics import HistogramSnapshot, ModelHistogram
 from llmrt.actors.gateway import Limits
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._exposition import (
@@ -81,7 +81,11 @@ def test_any_label_values_and_numbers(values: list[tuple[str, str, float]], doc:
         "llmrt_x",
         doc,
         [
-            (a, b, HistogramSnapshot(bounds=(0.5, math.inf), counts=(1, 2), sum=float(number)))
+            ModelHistogram(
+                provider=a,
+                model=b,
+                histogram=HistogramSnapshot(bounds=(0.5,), counts=(1, 2), sum=float(number)),
+            )
             for a, b, number in values
         ],
     )

@@ -22,13 +22,14 @@ from _settle import wait_until
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 import llmrt
-from llmrt import ErrorCode, LlmError, ModelDiscoveryRequest, ModelInfo
+from llmrt import ErrorCode, LlmError, ModelInfo
 from llmrt.actors.app.cli import parse_args
 from llmrt.actors.app.cli._serving import gateway_limits
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway._budget import MetadataBudget, PeerBuckets
 from llmrt.actors.gateway.client import open_gateway_client
+from llmrt.adapter import ModelDiscoveryRequest
 from llmrt.adapters.openai_chat import DiscoveryEndpoint, EndpointDiscovery, OpenAIChatAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 from llmrt.testing import ErrorScript, RecordedRequest, SSEScript, open_upstream

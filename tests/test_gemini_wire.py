@@ -25,9 +25,9 @@ from llmrt import (
     TextBlock,
     ToolCallBlock,
     UsageChunk,
-    image_placeholder,
 )
 from llmrt.adapters._gemini_wire import GeminiStreamDecoder, build_gemini_body
+from llmrt.images import image_placeholder
 
 
 def payload(

@@ -120,7 +120,7 @@ async def test_every_request_carries_attribution_and_credentials(kind: str) -> N
     assert isinstance(chunks[-1], Finish)
     assert not isinstance(chunks[-1].reason, FinishError), chunks[-1]
     (sent,) = upstream.requests
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     if kind == "anthropic":
         assert sent.path == "/v1/messages"
         assert sent.headers["x-api-key"] == KEY

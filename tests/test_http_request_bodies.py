@@ -76,7 +76,7 @@ async def test_openai_request_body_field_by_field() -> None:
         request = upstream.requests[0]
         body = json.loads(request.body)
     assert request.headers["authorization"] == "Bearer sk-test-1234"
-    assert request.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert request.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     assert request.headers["content-type"] == "application/json"
     assert request.path == "/chat/completions"
     assert body["model"] == "gpt-4o"
@@ -135,7 +135,7 @@ async def test_deepseek_body_returns_reasoning_on_tool_turns_and_placeholders_im
     image = ImageBlock(media_type="image/png", data=PNG)
     assert user["content"] == [
         {"type": "text", "text": "Weather in Paris?"},
-        {"type": "text", "text": llmrt.image_placeholder(image)},
+        {"type": "text", "text": llmrt.images.image_placeholder(image)},
     ]
     assert assistant["reasoning_content"] == "The user wants weather."
     assert body["max_tokens"] == 4_096  # the model's default output cap, materialized

@@ -23,29 +23,32 @@ from llmrt import (
     FinishError,
     FinishStop,
     GenerateOptions,
-    ImageAttachmentAccess,
-    ImageAttachmentRef,
     ImageBlock,
-    ImageOffloadPolicy,
-    ImageRequestPolicy,
-    ImageRequestPricing,
-    ImageRequestTarget,
     LlmCallConfig,
     LlmError,
     Message,
     ResolvedModelInfo,
     TextBlock,
     ToolResultBlock,
+    tool_result_message,
+    user_message,
+)
+from llmrt._image_route import project_images
+from llmrt.adapters.scripted import ScriptedAdapter, text_script
+from llmrt.images import (
+    ImageAttachmentAccess,
+    ImageAttachmentRef,
+    ImageOffloadPolicy,
+    ImageRequestPolicy,
+    ImageRequestPricing,
+    ImageRequestTarget,
     image_placeholder,
     offload_request_images_with_policy,
     offloaded_image_placeholder,
     offloaded_image_prefix_count,
     request_image_sizes,
     resolve_image_attachment_access,
-    tool_result_message,
-    user_message,
 )
-from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 SHA = "sha256:" + "a" * 64
 
@@ -77,14 +80,16 @@ async def run(
 
 
 def images_of(options: GenerateOptions) -> tuple[ImageBlock, ...]:
-    return llmrt.request_images(options.messages)
+    return llmrt.images.request_images(options.messages)
 
 
 # --- 1. an ImageBlock can be a durable attachment reference -------------------------------
 
 
 def test_an_image_block_can_be_a_durable_attachment_reference() -> None:
-    attachment = llmrt.image_attachment_ref(b"\x89PNG...", "image/png", width=640, height=480)
+    attachment = llmrt.images.image_attachment_ref(
+        b"\x89PNG...", "image/png", width=640, height=480
+    )
     assert attachment.attachment_id.startswith("sha256:") and attachment.byte_size == 7
     block = ImageBlock(attachment=attachment)
     assert block.media_type == "image/png"  # the attachment's
@@ -102,7 +107,7 @@ def test_an_image_block_can_be_a_durable_attachment_reference() -> None:
     message = user_message((TextBlock(text="see"), block))
     assert llmrt.decode_message(llmrt.encode(message)) == message
     # The same bytes are the same attachment wherever they are stored.
-    assert llmrt.image_attachment_ref(b"\x89PNG...", "image/png") == ImageAttachmentRef(
+    assert llmrt.images.image_attachment_ref(b"\x89PNG...", "image/png") == ImageAttachmentRef(
         attachment_id=attachment.attachment_id, media_type="image/png", byte_size=7
     )
     # Inline and URL images stay valid as they were.
@@ -241,7 +246,7 @@ async def test_a_slow_store_is_bounded_by_the_projection_time_bound(
         elapsed = trio.current_time() - started
     assert isinstance(assembler.finish, FinishError)
     assert assembler.finish.failure.code == ErrorCode.TIMEOUT
-    assert elapsed == pytest.approx(llmrt.DEFAULT_IMAGE_PROJECTION_TIMEOUT)
+    assert elapsed == pytest.approx(llmrt.images.DEFAULT_IMAGE_PROJECTION_TIMEOUT)
     assert adapter.requests == []
 
 
@@ -319,7 +324,7 @@ async def test_the_request_version_carries_its_variant_id_on_the_wire() -> None:
     assert "variant_id" not in wire
     assert llmrt.decode(llmrt.encode(sent), llmrt.ContentBlock) == sent
     # An already projected image passes through a second projection unchanged.
-    again = await llmrt.project_request_images(adapter.requests[0], None, None)
+    again = await llmrt.images.project_request_images(adapter.requests[0], None, None)
     assert again is adapter.requests[0]
 
 
@@ -390,7 +395,7 @@ def test_offloading_by_raw_size_removes_the_oldest_first() -> None:
     messages = (user_message(images[:2]), user_message(images[2:]))
     policy = ImageOffloadPolicy(max_bytes=300)
     out = offload_request_images_with_policy(messages, policy)
-    assert llmrt.request_images(out) == tuple(images[2:])
+    assert llmrt.images.request_images(out) == tuple(images[2:])
     assert placeholders(out) == [offloaded_image_placeholder(i) for i in images[:2]]
     # Exactly at the limit nothing moves, and the caller's tuple comes back.
     same = (user_message(images[:3]),)
@@ -409,7 +414,7 @@ def test_offloading_by_base64_size_counts_the_encoded_length() -> None:
     out = offload_request_images_with_policy(
         messages, ImageOffloadPolicy(representation="base64", max_bytes=7)
     )
-    assert len(llmrt.request_images(out)) == 1
+    assert len(llmrt.images.request_images(out)) == 1
     assert (
         offload_request_images_with_policy(
             messages, ImageOffloadPolicy(representation="raw", max_bytes=7)
@@ -418,8 +423,8 @@ def test_offloading_by_base64_size_counts_the_encoded_length() -> None:
     )
     # Inline data counts its decoded size (raw) or its own length (base64).
     inline = ImageBlock(media_type="image/png", data=base64.b64encode(b"12345").decode())
-    assert llmrt.image_byte_size(inline) == 5
-    assert llmrt.base64_length(5) == len(inline.data or "") == 8
+    assert llmrt.images.image_byte_size(inline) == 5
+    assert llmrt.images.base64_length(5) == len(inline.data or "") == 8
 
 
 def test_offloading_by_count_and_byte_quanta() -> None:
@@ -428,7 +433,7 @@ def test_offloading_by_count_and_byte_quanta() -> None:
     out = offload_request_images_with_policy(
         many, ImageOffloadPolicy(max_images=600, count_quantum=20)
     )
-    assert len(llmrt.request_images(out)) == 581 and len(placeholders(out)) == 20
+    assert len(llmrt.images.request_images(out)) == 581 and len(placeholders(out)) == 20
     # 129 one-MiB images over 128 MiB with a 64 MiB quantum: 64 go, and that cut
     # stays where it is until the history passes 192 MiB.
     mib = 1024 * 1024
@@ -520,10 +525,12 @@ def test_the_prefix_count_equals_what_the_projection_removed(
     assert request_image_sizes(messages) == tuple(sizes)
     count = offloaded_image_prefix_count(sizes, policy)
     out = offload_request_images_with_policy(messages, policy)
-    kept = llmrt.request_images(out)
+    kept = llmrt.images.request_images(out)
     assert kept == tuple(images[count:])  # exactly the oldest `count` went
     assert len(placeholders(out)) == count
-    lengths = sizes if policy.representation == "raw" else [llmrt.base64_length(s) for s in sizes]
+    lengths = (
+        sizes if policy.representation == "raw" else [llmrt.images.base64_length(s) for s in sizes]
+    )
     kept_lengths = lengths[count:]
     # The result is within the limits (or empty) ...
     if policy.max_images is not None:
@@ -565,7 +572,7 @@ async def test_image_request_pricing_is_declared_per_route_and_resolved_synchron
         price = pricing.price(options)
         await run(rt, options)
     # 3 x 1000 bytes over 2000: the oldest goes; two 768x768 images of 4 tiles remain.
-    assert price == llmrt.ImageRequestPrice(images=3, offloaded=1, tokens=2 * (85 + 4 * 170))
+    assert price == llmrt.images.ImageRequestPrice(images=3, offloaded=1, tokens=2 * (85 + 4 * 170))
     # ... which is exactly what the route sent, decided without reading a byte.
     sent = adapter.requests[0]
     assert len(placeholders(sent.messages)) == price.offloaded
@@ -586,7 +593,7 @@ def test_pricing_counts_unknown_sizes_flat() -> None:
     rates = msgspec.structs.replace(rates, unknown_size_tokens=50)
     url = ImageBlock(media_type="image/png", url="https://x/a.png")
     sized = ImageBlock(attachment=ref(1, width=250, height=100))
-    assert rates.price((user_message((url, sized)),)) == llmrt.ImageRequestPrice(
+    assert rates.price((user_message((url, sized)),)) == llmrt.images.ImageRequestPrice(
         images=2, offloaded=0, tokens=60 + 10 + 3
     )
 
@@ -622,3 +629,49 @@ async def test_a_text_only_route_gets_a_placeholder_per_durable_image_and_reads_
     assert one == image_placeholder(ImageBlock(attachment=first))
     assert store.reads == []
     assert llmrt.encode(options) == before
+
+
+# --- 9. the call path's one image step ---------------------------------------------------------
+
+
+class _PolicyAsked:
+    """An adapter whose image policy may not be asked (a request without images)."""
+
+    def image_request_policy(self, provider: str, model: str) -> ImageRequestPolicy | None:
+        raise AssertionError("a request without images asked the route's image policy")
+
+
+async def test_the_image_step_leaves_a_request_without_images_alone() -> None:
+    options = request(user_message("no images"), tool_result_message("c", "none either"))
+    for modalities in (None, ("text",), ("text", "image")):
+        assert await project_images(options, modalities, _PolicyAsked(), None) is options
+
+
+async def test_the_image_step_rewrites_only_the_messages_with_changed_images() -> None:
+    store = MemoryStore()
+    old, kept = store.put(b"o" * 30), store.put(b"k" * 30)
+    plain = user_message("between")
+    options = request(
+        user_message((ImageBlock(attachment=old),)),
+        plain,
+        tool_result_message("c", ImageBlock(attachment=kept)),
+        user_message("after"),
+    )
+    policy = ImageRequestPolicy(offload=ImageOffloadPolicy(max_images=1))
+    route = image_route(policies={"p": policy})
+    projected = await project_images(options, None, route, store)
+    first, between, tool, after = projected.messages
+    assert first.content == (
+        TextBlock(text=offloaded_image_placeholder(ImageBlock(attachment=old))),
+    )
+    nested = tool.content[0]
+    assert isinstance(nested, ToolResultBlock) and isinstance(nested.content[0], ImageBlock)
+    assert nested.content[0].variant_id is not None  # projected: the route's version
+    assert [read for read, _ in store.reads] == [kept.attachment_id]  # the offloaded one unread
+    # Messages without a changed image are the caller's own objects.
+    assert between is plain and after is options.messages[3]
+    # A text-only model: every image, nested ones too, becomes its placeholder; nothing read.
+    store.reads.clear()
+    text_only = await project_images(options, ("text",), _PolicyAsked(), store)
+    assert images_of(text_only) == ()
+    assert text_only.messages[1] is plain and store.reads == []

@@ -148,6 +148,7 @@ def test_the_actor_core_has_no_cycle_and_no_back_reference() -> None:
             "_registry",
             "_retry",
             "_runtime",
+            "_statistics",
             "_stats",
             "_topology",
             "_watchdog",

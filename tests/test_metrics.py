@@ -23,12 +23,12 @@ from llmrt import (
     NormalRetryPolicy,
     TextDelta,
 )
+from llmrt.actors._statistics import HistogramSnapshot
 from llmrt.actors._stats import (
     ABORT_BUCKETS,
     LATENCY_BUCKETS,
     MAX_MODELS_PER_PROVIDER,
     OTHER,
-    HistogramSnapshot,
     StatsCounters,
 )
 from llmrt.actors.gateway import GatewayServer, serve_gateway
@@ -88,7 +88,7 @@ async def drain(call: Any) -> list[Any]:
 
 def check_histogram(samples: Samples, name: str, snap: HistogramSnapshot, **labels: str) -> None:
     running = 0
-    for bound, count in zip(snap.bounds, snap.counts, strict=True):
+    for bound, count in zip(snap.upper_bounds, snap.counts, strict=True):
         running += count
         le = "+Inf" if bound == float("inf") else repr(float(bound))
         assert value(samples, name + "_bucket", le=le, **labels) == running
@@ -144,19 +144,21 @@ async def test_metrics_after_scripted_calls_equal_the_runtime_statistics(
         # ... equal the runtime's statistics, series by series.
         assert value(samples, "llmrt_calls_in_flight", provider="p") == 0
         assert stats.calls_started == 8 and stats.watchdog_firings == 1
-        for provider, ps in stats.providers.items():
+        for ps in stats.providers:
+            provider = ps.provider
             started = value(samples, "llmrt_calls_started_total", provider=provider)
             assert started == ps.calls_started
             forwarded = value(samples, "llmrt_chunks_forwarded_total", provider=provider)
             assert forwarded == ps.chunks_forwarded
-            for (reason, code), count in ps.calls_finished.items():
+            for entry in ps.calls_finished:
+                reason, code, count = entry.reason, entry.code, entry.count
                 assert finished(provider, reason, code) == count
-        assert sum(ps.chunks_forwarded for ps in stats.providers.values()) == (
-            stats.chunks_forwarded
-        )
-        for (provider, model), snap in stats.time_to_first_chunk.items():
+        assert sum(ps.chunks_forwarded for ps in stats.providers) == (stats.chunks_forwarded)
+        for entry in stats.time_to_first_chunk:
+            provider, model, snap = entry.provider, entry.model, entry.histogram
             check_histogram(samples, ttfc, snap, provider=provider, model=model)
-        for (provider, model), snap in stats.call_duration.items():
+        for entry in stats.call_duration:
+            provider, model, snap = entry.provider, entry.model, entry.histogram
             check_histogram(
                 samples, "llmrt_call_duration_seconds", snap, provider=provider, model=model
             )
@@ -219,7 +221,7 @@ def test_histogram_buckets_count_values_at_most_each_bound() -> None:
     for v in (0.0, 0.00001, 0.0000100001, 5.0):
         hist.observe(v)
     snap = hist.snapshot()
-    assert snap.bounds == ABORT_BUCKETS
+    assert snap.upper_bounds == ABORT_BUCKETS
     assert snap.counts[0] == 2 and snap.counts[1] == 1 and snap.counts[-1] == 1
     assert snap.count == 4 and snap.sum == 0.0 + 0.00001 + 0.0000100001 + 5.0
 
@@ -233,11 +235,11 @@ async def test_upstream_connection_pools_are_read_at_scrape_time() -> None:
         )
         await rt.register_adapter(["up", "up-too"], adapter)
         await rt.register_adapter(["p"], ScriptedAdapter(script))  # keeps no pool
-        assert rt.statistics().connection_pools["up"].open == 0
+        assert rt.statistics().pool("up").open == 0
         await drain(rt.stream(opts("m", provider="up")))
         pools = rt.statistics().connection_pools
-        assert set(pools) == {"up"}  # one entry per adapter, under its first route
-        assert (pools["up"].open, pools["up"].idle) == (1, 1)  # back in the pool
+        assert {p.provider for p in pools} == {"up"}  # one entry per adapter, under its first route
+        assert (pools[0].open, pools[0].idle) == (1, 1)  # back in the pool
         async with gateway(rt) as server, rt.stream(opts("m", provider="up")) as call:
             await call.__anext__()  # the stalled response holds the connection
             samples = scrape(server)
@@ -245,8 +247,8 @@ async def test_upstream_connection_pools_are_read_at_scrape_time() -> None:
             assert value(samples, "llmrt_upstream_connections_idle", provider="up") == 0
             call.abort()
         # Aborted mid-body: the connection is closed, not pooled.
-        pools = rt.statistics().connection_pools
-        assert (pools["up"].open, pools["up"].idle) == (0, 0)
+        pool = rt.statistics().pool("up")
+        assert (pool.open, pool.idle) == (0, 0)
 
 
 async def test_abort_to_finish_counts_an_abort_at_time_zero(
@@ -261,4 +263,4 @@ async def test_abort_to_finish_counts_an_abort_at_time_zero(
         snap = rt.statistics().abort_to_finish
         assert snap.count == 1 and snap.sum == 0.0
         # A call aborted before its adapter started has no duration to report.
-        assert rt.statistics().call_duration["p", "stall"].count == 0
+        assert rt.statistics().call_duration_of("p", "stall").count == 0

@@ -24,12 +24,9 @@ from llmrt import (
     LlmCallConfig,
     LlmError,
     Message,
-    ModelContext,
     ModelInfo,
-    ModelReasoningInfo,
     ModelSource,
     NormalRetryPolicy,
-    ReasoningEffortInfo,
     ReplayEnvelope,
     ResolvedModelInfo,
     StreamChunk,
@@ -37,6 +34,7 @@ from llmrt import (
     default_retry_policy,
     user_message,
 )
+from llmrt.adapter import ModelContext, ModelReasoningInfo, ReasoningEffortInfo
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 EFFORTS = (

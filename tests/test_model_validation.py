@@ -14,15 +14,15 @@ from llmrt import (
     LlmCallConfig,
     LlmError,
     Message,
-    ModelContext,
     ResolvedModelInfo,
     TextBlock,
     ToolResultBlock,
-    image_placeholder,
     tool_result_message,
     user_message,
 )
+from llmrt.adapter import ModelContext
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
+from llmrt.images import image_placeholder
 
 PNG = ImageBlock(media_type="image/png", data="iVBORw0KGgo=")
 OTHER_PNG = ImageBlock(media_type="image/png", data="iVBORw0KGgoAAAA=")

@@ -207,7 +207,7 @@ async def test_every_request_carries_attribution_and_credentials(kind: str) -> N
     assert not isinstance(chunks[-1].reason, FinishError), chunks[-1]  # type: ignore[union-attr]
     assert len(upstream.requests) == 2
     for sent in upstream.requests:
-        assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+        assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
         assert KEY not in sent.target, "the key never goes in the URL"
         if kind == "gemini":
             assert sent.headers["x-goog-api-key"] == KEY

@@ -17,9 +17,10 @@ from _cli_process import kill, spawn_cli
 from conftest import collect, finish_reason, make_options
 
 import llmrt
-from llmrt import ConfigurableProvider, ErrorCode, FinishError, LlmError
+from llmrt import ErrorCode, FinishError, LlmError
 from llmrt.actors.app.config import load_config, register_config, register_settings
 from llmrt.actors.gateway import Limits, serve_gateway
+from llmrt.adapter import ConfigurableProvider
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
 
 BOUND = 30

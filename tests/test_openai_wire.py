@@ -33,9 +33,9 @@ from llmrt import (
     ToolCallDelta,
     ToolSchema,
     UsageChunk,
-    image_placeholder,
 )
 from llmrt.adapters._openai_wire import OpenAIStreamDecoder, build_openai_body
+from llmrt.images import image_placeholder
 
 WIRE = pathlib.Path(__file__).parent / "wire"
 EXPECTED: dict[str, Any] = json.loads((WIRE / "expected.json").read_text())

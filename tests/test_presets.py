@@ -128,7 +128,7 @@ async def test_request_body_and_headers_as_the_upstream_received_them(preset: st
     assert isinstance(chunks[-1], Finish) and not isinstance(chunks[-1].reason, FinishError)
     (sent,) = upstream.requests
     assert sent.method == "POST" and sent.path == "/chat/completions"
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     assert sent.headers["content-type"] == "application/json"
     if PRESETS[preset].api_key_env:
         assert sent.headers["authorization"] == f"Bearer {KEY}"
@@ -283,7 +283,7 @@ async def test_list_models_reads_the_endpoint(preset: str) -> None:
     assert [(m.id, m.name) for m in models] == [("llama-3.3-70b-versatile", known), ("x", "x")]
     (sent,) = up.requests
     assert sent.method == "GET" and sent.path == "/models"
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     if PRESETS[preset].api_key_env:
         assert sent.headers["authorization"] == f"Bearer {KEY}"
     else:
@@ -341,4 +341,4 @@ async def test_anthropic_list_models_uses_the_same_helper() -> None:
     assert models[1].input_modalities == ("text", "image")
     (sent,) = upstream.requests
     assert sent.path == "/v1/models" and sent.headers["x-api-key"] == KEY
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]

@@ -25,7 +25,6 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt import (
-    REDACTED,
     Adapter,
     ErrorCode,
     Finish,
@@ -33,10 +32,10 @@ from llmrt import (
     FinishError,
     GenerateOptions,
     LlmFailure,
-    Redactor,
     StreamChunk,
 )
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
+from llmrt.adapter import REDACTED, Redactor
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.scripted import Raise, ScriptedAdapter
 from llmrt.testing import ErrorScript, open_upstream

@@ -19,22 +19,19 @@ import llmrt
 from llmrt import (
     AlwaysRetryPolicy,
     BlockStart,
-    ConfigurableProvider,
-    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishAborted,
     FinishError,
     FinishStop,
     LlmError,
-    ModelDiscoveryRequest,
     NormalRetryPolicy,
-    ProviderInfo,
     ResolvedRetryPolicy,
     StreamChunk,
     TextDelta,
     default_retry_policy,
 )
+from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest, ProviderInfo
 from llmrt.adapters.scripted import Delay, ScriptedAdapter, Stall, Step, text_script
 
 _routes = itertools.count()
@@ -573,16 +570,16 @@ async def test_retry_policy_of_a_call_survives_route_replacement(
     second_handle = await runtime.register_adapter(["q"], second)
     async with runtime.stream(make_options("p")) as call:
         assert isinstance(await call.__anext__(), BlockStart)
-        assert llmrt.retry_policy_of(call) == first_policy
+        assert llmrt.actors.retry_policy_of(call) == first_policy
         await first_handle.replace(["elsewhere"])
         await second_handle.replace(["q", "p"])
         assert runtime.provider_retry_policy("p") == second_policy
         rest = [chunk async for chunk in call]
         assert isinstance(finish_reason(rest), FinishStop)
-        assert llmrt.retry_policy_of(call) == first_policy
+        assert llmrt.actors.retry_policy_of(call) == first_policy
     async with runtime.stream(make_options("p")) as later:
         assert isinstance(finish_reason([chunk async for chunk in later]), FinishStop)
-        assert llmrt.retry_policy_of(later) == second_policy
+        assert llmrt.actors.retry_policy_of(later) == second_policy
     assert len(second.requests) == 1
 
 

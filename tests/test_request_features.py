@@ -179,13 +179,20 @@ def test_a_schema_is_deep_frozen() -> None:
 
 
 def test_required_features() -> None:
-    assert llmrt.required_features(request()) == frozenset()
-    assert llmrt.required_features(request(tools=(WEATHER,), tool_choice="auto")) == frozenset()
-    assert llmrt.required_features(request(tools=(WEATHER,), tool_choice="none")) == {"tool-choice"}
-    assert llmrt.required_features(
+    assert llmrt.vocabulary.required_features(request()) == frozenset()
+    assert (
+        llmrt.vocabulary.required_features(request(tools=(WEATHER,), tool_choice="auto"))
+        == frozenset()
+    )
+    assert llmrt.vocabulary.required_features(request(tools=(WEATHER,), tool_choice="none")) == {
+        "tool-choice"
+    }
+    assert llmrt.vocabulary.required_features(
         request(tools=(STRICT_WEATHER,), response_format=JsonObjectFormat())
     ) == {"strict-tools", "json-object"}
-    assert llmrt.required_features(request(response_format=JSON_SCHEMA)) == {"json-schema"}
+    assert llmrt.vocabulary.required_features(request(response_format=JSON_SCHEMA)) == {
+        "json-schema"
+    }
 
 
 # ---- the call path refuses before the adapter ----------------------------------------------
@@ -402,8 +409,8 @@ def test_every_adapter_declares_its_features() -> None:
     chat = OpenAIChatAdapter(preset="openai", environ=ENV, api_key_env="TEST_KEY")
     assert anthropic.request_features("p", "m") == {"tool-choice", "json-schema", "strict-tools"}
     assert gemini.request_features("p", "m") == {"tool-choice", "json-schema", "json-object"}
-    assert responses.request_features("p", "m") == llmrt.REQUEST_FEATURES
-    assert chat.request_features("p", "m") == llmrt.REQUEST_FEATURES
+    assert responses.request_features("p", "m") == llmrt.vocabulary.REQUEST_FEATURES
+    assert chat.request_features("p", "m") == llmrt.vocabulary.REQUEST_FEATURES
     assert DemoAdapter().request_features("p", "m") == {"tool-choice"}
     assert Plain().request_features("p", "m") == frozenset()
 
@@ -481,8 +488,10 @@ async def test_the_protocol_example_refusal_is_what_the_runtime_says() -> None:
 def test_the_new_fields_decode_beside_a_registered_block() -> None:
     # A request holding a plugin's block is decoded by the open decoder (a mirror of
     # GenerateOptions): the new fields must come out as the real classes there too.
-    @llmrt.register_content_block
-    class FeatureTestBlock(llmrt.Wire, frozen=True, tag_field="type", tag="feature-test-block"):
+    @llmrt.vocabulary.register_content_block
+    class FeatureTestBlock(
+        llmrt.vocabulary.Wire, frozen=True, tag_field="type", tag="feature-test-block"
+    ):
         data: str
 
     raw = (

@@ -22,9 +22,9 @@ from llmrt import (
     StreamChunk,
     TextBlock,
     ToolCallBlock,
-    image_placeholder,
 )
 from llmrt.adapters._responses_wire import ResponsesStreamDecoder, build_responses_body
+from llmrt.images import image_placeholder
 
 
 def event(kind: str, **fields: Any) -> bytes:

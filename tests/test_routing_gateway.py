@@ -16,10 +16,10 @@ from trio_websocket import open_websocket_url
 
 import llmrt
 from llmrt import ErrorCode, LlmError
+from llmrt.actors._statistics import RuntimeStatistics
 from llmrt.actors.app.cli.routes import format_routes
-from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.actors.gateway import GatewayServer, serve_gateway
-from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
+from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.actors.routing import Deployment, Group
 from llmrt.adapters.scripted import Raise, ScriptedAdapter, text_script
 
@@ -101,7 +101,7 @@ async def test_metrics_and_routes_show_each_deployment() -> None:
                 async for _ in call:
                     pass
             text = server.metrics_text().decode()
-            value = statistics_value(rt.statistics())
+            value = rt.statistics()
     found = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -119,7 +119,7 @@ async def test_metrics_and_routes_show_each_deployment() -> None:
     lines = format_routes(value)
     assert lines[0].startswith("group chat: ordered, calls 1")
     assert any(line.split()[:2] == ["a/ma", "tier"] and "cooling" in line for line in lines)
-    round_trip = StatisticsValue.__struct_fields__  # the value carries routing on the wire
+    round_trip = RuntimeStatistics.__struct_fields__  # the value carries routing on the wire
     assert "routing" in round_trip
 
 

@@ -18,10 +18,11 @@ import trio
 from _cli_process import kill, spawn_cli
 
 import llmrt
-from llmrt import REDACTED, ErrorCode, Finish, FinishError, GenerateOptions, Redactor, StreamChunk
+from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, StreamChunk
 from llmrt.actors.app import config as configuration
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
 from llmrt.actors.gateway.client import open_gateway_client
+from llmrt.adapter import REDACTED, Redactor
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter

@@ -7,13 +7,14 @@ import math
 from functools import partial
 
 import msgspec
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 
 import llmrt
-from llmrt.actors._stats import ConnectionPool, StatsCounters
+from llmrt.actors._statistics import ConnectionPool, GatewayStatistics, RuntimeStatistics
+from llmrt.actors._stats import StatsCounters
 from llmrt.actors.gateway import serve_gateway
-from llmrt.actors.gateway._snapshot import StatisticsValue, statistics_value
 from llmrt.actors.gateway.client import open_gateway_client
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
@@ -43,7 +44,7 @@ async def test_stats_frame_answers_the_runtime_and_gateway_figures() -> None:
         # hello and the call's chunk frames went out before the stats frame came in.
         assert value.gateway.frames_received == 2 and value.gateway.frames_sent >= 2
         # The in-process snapshot has the same runtime figures (no gateway part).
-        local = statistics_value(rt.statistics())
+        local = rt.statistics()
         assert local.providers == value.providers and local.gateway is None
 
         async with open_websocket_url(server.url) as ws:
@@ -80,10 +81,81 @@ def test_the_statistics_value_round_trips_in_both_encodings() -> None:
     series.counters.finished["error", "TIMEOUT"] += 1
     series.first_chunk.observe(0.3)
     counters.abort_to_finish.observe(0.00002)
-    value = statistics_value(counters.snapshot(1, {"p": ConnectionPool(open=3, idle=1)}))
+    value = counters.snapshot(1, [ConnectionPool(provider="p", open=3, idle=1)])
     assert value.attempts_per_call == {2: 1}
     assert value.abort_to_finish is not None and value.abort_to_finish.counts[1] == 1
     assert math.inf not in value.time_to_first_chunk[0].histogram.bounds
     assert [(p.provider, p.open, p.idle) for p in value.connection_pools] == [("p", 3, 1)]
     for codec in (msgspec.json, msgspec.msgpack):
-        assert codec.Decoder(StatisticsValue).decode(codec.encode(value)) == value
+        assert codec.Decoder(RuntimeStatistics).decode(codec.encode(value)) == value
+
+
+def test_the_snapshot_reads_by_label_and_cannot_be_changed() -> None:
+    counters = StatsCounters()
+    series = counters.series("p", "m", routed=True)
+    series.counters.started += 2
+    series.ended("stop", "")
+    series.ended("error", "TIMEOUT")
+    series.worked(3, 1.0, 1.5, 2.0)
+    counters.failures["TIMEOUT"] += 1
+    stats = counters.snapshot(1, [ConnectionPool(provider="p", open=2, idle=1)])
+    provider = stats.provider("p")
+    assert provider is not None and (provider.calls_started, provider.calls_in_flight) == (2, 0)
+    assert provider.finished("stop") == 1 and provider.finished("error", "TIMEOUT") == 1
+    assert provider.finished("aborted") == 0 and stats.provider("q") is None
+    first = stats.time_to_first_chunk_of("p", "m")
+    assert first is not None and (first.count, first.sum) == (1, 0.5)
+    duration = stats.call_duration_of("p", "m")
+    assert duration is not None and duration.sum == 1.0
+    assert stats.call_duration_of("p", "n") is None
+    assert stats.pool("p") == ConnectionPool(provider="p", open=2, idle=1)
+    assert stats.pool("q") is None
+    # The maps are read-only, decoded ones too, and later counts do not reach them.
+    with pytest.raises(TypeError):
+        stats.failures_by_code["OTHER"] = 1  # type: ignore[index]
+    decoded = msgspec.json.decode(msgspec.json.encode(stats), type=RuntimeStatistics)
+    assert decoded == stats
+    with pytest.raises(TypeError):
+        decoded.failures_by_code.update(OTHER=1)  # type: ignore[attr-defined]
+    counters.failures["TIMEOUT"] += 1
+    assert stats.failures_by_code == {"TIMEOUT": 1}
+
+
+def test_the_stats_frame_value_keeps_its_json_fields() -> None:
+    # The protocol's "Statistics" table: the in-process snapshot is the frame's value.
+    value = msgspec.structs.replace(StatsCounters().snapshot(0), gateway=GatewayStatistics())
+    doc = json.loads(msgspec.json.encode(value))
+    assert list(doc) == [
+        "callsStarted",
+        "callsInFlight",
+        "callsFinished",
+        "failuresByCode",
+        "chunksForwarded",
+        "chunksDropped",
+        "middlewareErrors",
+        "registrations",
+        "retriesByCode",
+        "attemptsPerCall",
+        "watchdogFirings",
+        "providers",
+        "timeToFirstChunk",
+        "callDuration",
+        "abortToFinish",
+        "connectionPools",
+        "gateway",
+        "routing",
+    ]
+    abort = doc["abortToFinish"]
+    assert len(abort["counts"]) == len(abort["bounds"]) + 1 and abort["bounds"][-1] == 1.0
+    assert list(doc["gateway"]) == [
+        "ready",
+        "connections",
+        "accepted",
+        "liveRequests",
+        "refused",
+        "framesReceived",
+        "framesSent",
+        "bytesReceived",
+        "bytesSent",
+        "httpRequests",
+    ]

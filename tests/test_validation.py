@@ -183,7 +183,7 @@ def test_the_messages_left_unwalked_hold_one_constrained_struct_which_checks_its
     """
     found: set[type] = set()
     _constrained_structs(Message, set(), found)
-    assert found == {llmrt.ImageAttachmentRef}
+    assert found == {llmrt.images.ImageAttachmentRef}
     good = {"attachment_id": "sha256:" + "a" * 64, "media_type": "image/png", "byte_size": 1}
     for field, bad in [
         ("attachment_id", "../etc/passwd"),
@@ -193,10 +193,10 @@ def test_the_messages_left_unwalked_hold_one_constrained_struct_which_checks_its
         ("height", 0),
     ]:
         with pytest.raises(ValueError):
-            llmrt.ImageAttachmentRef(**{**good, field: bad})
+            llmrt.images.ImageAttachmentRef(**{**good, field: bad})
         with pytest.raises(DecodeError):
             wire = msgspec.json.encode({**_camel(good), _camel_name(field): bad})
-            llmrt.decode(wire, llmrt.ImageAttachmentRef)
+            llmrt.decode(wire, llmrt.images.ImageAttachmentRef)
 
 
 def _camel_name(name: str) -> str:

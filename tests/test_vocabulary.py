@@ -10,15 +10,11 @@ import pytest
 import llmrt
 from llmrt import (
     AlwaysRetryPolicy,
-    AppIdentity,
     BlockEnd,
     BlockStart,
     CallConfigDefaults,
-    ConfigurableProvider,
     ContentBlock,
-    ContextSnapshotSection,
     DecodeError,
-    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishAborted,
@@ -33,17 +29,12 @@ from llmrt import (
     LlmFailure,
     Message,
     MessageSource,
-    ModelContext,
-    ModelDiscoveryRequest,
     ModelInfo,
-    ModelReasoningInfo,
     ModelSource,
     NormalRetryPolicy,
     PluginSource,
-    ProviderInfo,
     ReasoningBlock,
     ReasoningDelta,
-    ReasoningEffortInfo,
     ReplayEnvelope,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
@@ -59,6 +50,17 @@ from llmrt import (
     UsageChunk,
     UserSource,
 )
+from llmrt.adapter import (
+    AppIdentity,
+    ConfigurableProvider,
+    DiscoveredModel,
+    ModelContext,
+    ModelDiscoveryRequest,
+    ModelReasoningInfo,
+    ProviderInfo,
+    ReasoningEffortInfo,
+)
+from llmrt.vocabulary import ContextSnapshotSection
 
 FAILURE = LlmFailure(
     message="slow down",
@@ -296,7 +298,7 @@ def test_decode_request_round_trip() -> None:
 
 def test_every_content_block_type_is_covered() -> None:
     tags = {block.__struct_config__.tag for block in CONTENT_BLOCKS}
-    assert tags == llmrt.CONTENT_BLOCK_TYPES
+    assert tags == llmrt.vocabulary.CONTENT_BLOCK_TYPES
 
 
 def test_every_chunk_and_finish_variant_is_covered() -> None:

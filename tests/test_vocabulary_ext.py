@@ -34,7 +34,6 @@ from llmrt import (
     TextDelta,
     ToolResultBlock,
     UsageChunk,
-    Wire,
 )
 from llmrt.actors.gateway._protocol import JSON, MSGPACK, ChunkFrame
 from llmrt.adapters._anthropic_wire import build_anthropic_body
@@ -42,6 +41,7 @@ from llmrt.adapters._openai_wire import build_openai_body
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.testing import SSEScript, open_upstream, openai_events
+from llmrt.vocabulary import Wire
 
 QUOTE = QuoteBlock(author="ada", content=(TextBlock(text="said"), AUDIO))
 
@@ -165,8 +165,10 @@ def test_the_chunk_union_stays_closed() -> None:
     with pytest.raises(DecodeError, match="'audio'"):
         llmrt.decode_chunk(llmrt.encode(AUDIO))
     with pytest.raises(ValueError, match="stream chunk"):
-        llmrt.register_content_block(TextDelta)  # its tag field is `type`, but it is a chunk
-    assert TextDelta not in llmrt.registered_content_blocks()
+        llmrt.vocabulary.register_content_block(
+            TextDelta
+        )  # its tag field is `type`, but it is a chunk
+    assert TextDelta not in llmrt.vocabulary.registered_content_blocks()
 
 
 # ---- registration ---------------------------------------------------------------------------
@@ -189,21 +191,21 @@ def test_registration_refuses_clashes_and_malformed_kinds() -> None:
         pass
 
     with pytest.raises(ValueError, match=r"'text'.*already taken.*TextBlock"):
-        llmrt.register_content_block(Text2)
+        llmrt.vocabulary.register_content_block(Text2)
     with pytest.raises(ValueError, match=r"'audio'.*already taken.*AudioBlock"):
-        llmrt.register_content_block(Audio2)
+        llmrt.vocabulary.register_content_block(Audio2)
     with pytest.raises(ValueError, match="tag_field='type'"):
-        llmrt.register_content_block(WrongField)
+        llmrt.vocabulary.register_content_block(WrongField)
     with pytest.raises(ValueError, match="already a message source"):
-        llmrt.register_finish_reason(AgentSource)
+        llmrt.vocabulary.register_finish_reason(AgentSource)
     with pytest.raises(TypeError, match="Wire"):
-        llmrt.register_content_block(Plain)  # type: ignore[type-var]
+        llmrt.vocabulary.register_content_block(Plain)  # type: ignore[type-var]
     with pytest.raises(ValueError, match=r"'stop'.*already taken"):
-        llmrt.register_finish_reason(StopAgain)
-    assert llmrt.register_content_block(AudioBlock) is AudioBlock  # again: no change
-    assert llmrt.registered_content_blocks()[:2] == (AudioBlock, QuoteBlock)
-    assert llmrt.registered_message_sources() == (AgentSource,)
-    assert llmrt.registered_finish_reasons() == (FinishContentFilter,)
+        llmrt.vocabulary.register_finish_reason(StopAgain)
+    assert llmrt.vocabulary.register_content_block(AudioBlock) is AudioBlock  # again: no change
+    assert llmrt.vocabulary.registered_content_blocks()[:2] == (AudioBlock, QuoteBlock)
+    assert llmrt.vocabulary.registered_message_sources() == (AgentSource,)
+    assert llmrt.vocabulary.registered_finish_reasons() == (FinishContentFilter,)
 
 
 # ---- assembler ------------------------------------------------------------------------------
@@ -266,13 +268,13 @@ def test_wire_bodies_refuse_block_kinds_they_cannot_send(
 
 def test_require_block_types_accepts_the_builtin_blocks_and_a_wider_set() -> None:
     plain = request_with(TextBlock(text="x"), ToolResultBlock(tool_call_id="c", content=()))
-    llmrt.require_block_types(plain.messages, route="r")
+    llmrt.vocabulary.require_block_types(plain.messages, route="r")
     extended = request_with(AUDIO)
-    llmrt.require_block_types(
-        extended.messages, llmrt.BUILTIN_BLOCK_TYPES | {AudioBlock}, route="r"
+    llmrt.vocabulary.require_block_types(
+        extended.messages, llmrt.vocabulary.BUILTIN_BLOCK_TYPES | {AudioBlock}, route="r"
     )
     with pytest.raises(LlmError, match="'audio'"):
-        llmrt.require_block_types(extended.messages, route="r")
+        llmrt.vocabulary.require_block_types(extended.messages, route="r")
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -316,9 +318,9 @@ def test_a_kind_registered_late_reaches_decoders_built_earlier() -> None:
     data = llmrt.encode(message)
     with pytest.raises(DecodeError, match=r"'x-late-sticker' - at `\$\.content\[1\]\.type`"):
         llmrt.decode_message(data)  # the module-level decoder, built at import
-    llmrt.register_content_block(StickerBlock)
+    llmrt.vocabulary.register_content_block(StickerBlock)
     assert llmrt.decode_message(data) == message
     assert llmrt.decode(
         llmrt.encode(BlockEnd(index=0, block=StickerBlock(name="cat"))), StreamChunk
     )
-    assert StickerBlock in llmrt.registered_content_blocks()
+    assert StickerBlock in llmrt.vocabulary.registered_content_blocks()

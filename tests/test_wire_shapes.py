@@ -148,7 +148,7 @@ async def test_shape_over_loopback_through_its_preset(name: str) -> None:
         await upstream.wait_all_closed()
     check(case, chunks)
     (sent,) = upstream.requests
-    assert sent.headers["user-agent"] == llmrt.attribution_headers()["User-Agent"]
+    assert sent.headers["user-agent"] == llmrt.adapter.attribution_headers()["User-Agent"]
     if case["provider"] == "anthropic":
         assert sent.headers["x-api-key"] == KEY
     else:

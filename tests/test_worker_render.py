@@ -17,21 +17,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import llmrt
 from llmrt import user_message
+from llmrt.actors._statistics import HistogramSnapshot, ModelHistogram, RuntimeStatistics
 from llmrt.actors._stats import MAX_MODELS_PER_PROVIDER, OTHER, StatsCounters
-from llmrt.actors._worker_figures import RENDER_SECONDS, SharedFigures, retire
-from llmrt.actors._worker_sum import admit_models, fold_models
+from llmrt.actors.app.workers import SharedFigures, retire
+from llmrt.actors.app.workers._figures import RENDER_SECONDS
+from llmrt.actors.app.workers._sum import admit_models, fold_models
 from llmrt.actors.gateway import Limits
 from llmrt.actors.gateway._connection import GatewayState
 from llmrt.actors.gateway._metrics import Figures
-from llmrt.actors.gateway._snapshot import (
-    HistogramValue,
-    ModelHistogram,
-    StatisticsValue,
-    statistics_value,
-)
 from llmrt.adapters.demo import DemoAdapter
 
-EMPTY = statistics_value(StatsCounters().snapshot(0), None)
+EMPTY = StatsCounters().snapshot(0)
 
 
 def samples(body: bytes, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -118,12 +114,12 @@ async def test_a_fold_counts_a_dead_worker_once_within_the_label_bound(tmp_path:
         assert samples(body, "llmrt_gateway_workers") == {(): 1.0}
 
 
-def _value(counts: dict[tuple[str, str], int]) -> StatisticsValue:
+def _value(counts: dict[tuple[str, str], int]) -> RuntimeStatistics:
     entries = tuple(
         ModelHistogram(
             provider=provider,
             model=model,
-            histogram=HistogramValue(bounds=(1.0,), counts=(n, 0), sum=float(n)),
+            histogram=HistogramSnapshot(bounds=(1.0,), counts=(n, 0), sum=float(n)),
         )
         for (provider, model), n in counts.items()
     )

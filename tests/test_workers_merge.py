@@ -1,4 +1,4 @@
-"""Summing workers' statistics for `/metrics` (`_worker_sum`, `_worker_figures`), in process.
+"""Summing workers' statistics for `/metrics` (`workers._sum`, `workers._figures`), in process.
 
 The wire value round-trips to the same exposition text, a sum adds counters,
 histograms and gauges, a retired worker keeps its counters and drops its
@@ -18,10 +18,10 @@ from prometheus_client.registry import CollectorRegistry
 
 import llmrt
 from llmrt import user_message
-from llmrt.actors._worker_figures import SharedFigures, retire
-from llmrt.actors._worker_sum import merge_values, retired, runtime_statistics
+from llmrt.actors._statistics import GatewayStatistics, RuntimeStatistics
+from llmrt.actors.app.workers import SharedFigures, retire
+from llmrt.actors.app.workers._sum import SUMMED_FIELDS, merge_values, retired
 from llmrt.actors.gateway._metrics import Figures, metric_families
-from llmrt.actors.gateway._snapshot import GatewayValue, StatisticsValue, statistics_value
 from llmrt.adapters.demo import DemoAdapter
 
 
@@ -47,7 +47,7 @@ def sample(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"no {name} {labels}")
 
 
-GATEWAY = GatewayValue(
+GATEWAY = GatewayStatistics(
     ready=True,
     connections=2,
     accepted=5,
@@ -81,8 +81,8 @@ async def figures_after_calls() -> Figures:
 
 async def test_the_wire_value_round_trips_to_the_same_text() -> None:
     figures = await figures_after_calls()
-    value = statistics_value(figures.runtime, figures.gateway)
-    again = Figures(figures.version, runtime_statistics(value), GATEWAY)
+    wire = msgspec.json.encode(figures.statistics())
+    again = Figures(figures.version, msgspec.json.decode(wire, type=RuntimeStatistics), GATEWAY)
     direct = exposition(metric_families(figures))
     assert exposition(metric_families(again)) == direct
     assert sample(direct, "llmrt_calls_started_total", provider="demo") == 3
@@ -91,7 +91,7 @@ async def test_the_wire_value_round_trips_to_the_same_text() -> None:
 
 async def test_a_sum_adds_counters_histograms_and_gauges() -> None:
     figures = await figures_after_calls()
-    one = statistics_value(figures.runtime, figures.gateway)
+    one = figures.statistics()
     two = merge_values([one, one])
     assert two.calls_started == 2 * one.calls_started
     assert two.chunks_forwarded == 2 * one.chunks_forwarded
@@ -115,9 +115,7 @@ async def test_a_sum_adds_counters_histograms_and_gauges() -> None:
 
 async def test_a_retired_worker_keeps_counters_and_drops_gauges() -> None:
     figures = await figures_after_calls()
-    value = msgspec.structs.replace(
-        statistics_value(figures.runtime, figures.gateway), calls_in_flight=3
-    )
+    value = msgspec.structs.replace(figures.statistics(), calls_in_flight=3)
     gone = retired(value)
     assert gone.calls_in_flight == 0
     assert gone.gateway is not None and gone.gateway.connections == 0
@@ -126,13 +124,13 @@ async def test_a_retired_worker_keeps_counters_and_drops_gauges() -> None:
     assert gone.gateway.accepted == GATEWAY.accepted
 
 
-def _write(path: Path, slot: int, pid: int, value: StatisticsValue) -> None:
+def _write(path: Path, slot: int, pid: int, value: RuntimeStatistics) -> None:
     path.write_bytes(msgspec.json.encode({"slot": slot, "pid": pid, "value": value}))
 
 
 async def test_a_scrape_sums_its_own_figures_with_the_other_workers_files(tmp_path: Path) -> None:
     figures = await figures_after_calls()
-    value = statistics_value(figures.runtime, figures.gateway)
+    value = figures.statistics()
     # Two other workers: one alive, one dead and folded into retired.json.
     _write(tmp_path / "worker-1-101.json", 1, 101, value)
     _write(tmp_path / "worker-2-102.json", 2, 102, value)
@@ -162,7 +160,7 @@ def test_concurrent_atomic_writes_never_share_a_scratch_file(tmp_path: Path) -> 
     # scratch name per process, one thread's replace took the other's scratch file.
     import threading
 
-    from llmrt.actors._worker_figures import _write_atomically
+    from llmrt.actors.app.workers._figures import _write_atomically
 
     target = tmp_path / "retired.json"
     errors: list[BaseException] = []
@@ -182,3 +180,8 @@ def test_concurrent_atomic_writes_never_share_a_scratch_file(tmp_path: Path) -> 
     assert errors == []
     assert target.read_bytes().split(b":")[1] == b"299"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["retired.json"]
+
+
+def test_the_sum_names_every_field_of_the_statistics() -> None:
+    # A section added to RuntimeStatistics must say how workers add it up.
+    assert {field.name for field in msgspec.structs.fields(RuntimeStatistics)} == SUMMED_FIELDS

@@ -1,9 +1,9 @@
 """One worker process of ``llmrt serve --workers N``: a gateway on the shared port.
 
-The supervisor (`llmrt.actors._workers.supervise`) starts each worker as
+The supervisor (`llmrt.actors.app.workers.supervise`) starts each worker as
 ``python -m llmrt.actors.app.worker SPEC``. A worker parses the supervisor's
 own ``serve`` command line again, so every option reaches every worker
-through the same `llmrt.actors.app.cli.serve_options` as in one process, and
+through the same `llmrt.actors.app.cli._serving.serve_options` as in one process, and
 serves until SIGTERM or until its supervisor goes away (its stdin closes).
 Living here, beside the CLI it reuses, keeps the supervisor free of any
 import of the CLI (no import cycle).
@@ -21,8 +21,6 @@ from pathlib import Path
 import msgspec
 import trio
 
-from .._worker_figures import SharedFigures
-from .._workers import READY_LINE, WorkerSpec
 from ..gateway import serve_gateway
 from ..gateway._metrics import Figures
 from . import config as configuration
@@ -30,6 +28,7 @@ from ._collector import tune_for_serving
 from ._setup import configured_runtime
 from .cli import parse_args
 from .cli._serving import serve_middleware, serve_options, stop_gateway
+from .workers import READY_LINE, SharedFigures, WorkerSpec
 
 __all__ = ["run_worker", "worker_main"]
 

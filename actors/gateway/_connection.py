@@ -36,13 +36,11 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 from llmrt import (
     AttemptChunk,
     DecodeError,
-    DiscoveredModel,
     ErrorCode,
     GenerateOptions,
     LlmError,
     ModelInfo,
     ReasoningDelta,
-    Redactor,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
@@ -51,9 +49,11 @@ from llmrt import (
     ToolCallDelta,
 )
 from llmrt._egress import OUTBOUND
+from llmrt.adapter import DiscoveredModel, Redactor
 
 from .._abort import AbortController
 from .._runtime import LlmRuntime
+from .._statistics import GatewayStatistics, read_only
 from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._admission import Admission
 from ._budget import MetadataBudget, PeerBuckets
@@ -85,7 +85,6 @@ from ._protocol import (
     TokenBucket,
     split_delta,
 )
-from ._snapshot import GatewayValue, statistics_value
 
 __all__ = ["GatewayState", "Connection", "PENDING_CHUNKS"]
 
@@ -157,20 +156,20 @@ class GatewayState:
         """Count a refused handshake or request; ``cause`` is a `RefusalCause` value."""
         self.counters.refused(cause)
 
-    def statistics(self) -> GatewayValue:
+    def statistics(self) -> GatewayStatistics:
         """The gateway's own figures, for the ``stats`` frame."""
         counters = self.counters
-        return GatewayValue(
+        return GatewayStatistics(
             ready=self.ready,
             connections=len(self.connections),
             accepted=counters.accepted,
             live_requests=self.live,
-            refused=dict(counters.refusals),
+            refused=read_only(counters.refusals),
             frames_received=counters.frames_received,
             frames_sent=counters.frames_sent,
             bytes_received=counters.bytes_received,
             bytes_sent=counters.bytes_sent,
-            http_requests=dict(counters.http_requests),
+            http_requests=read_only(counters.http_requests),
         )
 
     def connection_ended(self, conn: Connection) -> None:
@@ -425,7 +424,9 @@ class Connection:
                 await self._reply(PongFrame(id=frame.id))
             case StatsFrame():
                 state = self.state
-                value = statistics_value(state.runtime.statistics(), state.statistics())
+                value = msgspec.structs.replace(
+                    state.runtime.statistics(), gateway=state.statistics()
+                )
                 await self._reply(ResultFrame(id=frame.id, value=self.codec.raw(value)))
             case _:
                 assert_never(frame)

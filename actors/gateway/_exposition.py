@@ -14,6 +14,7 @@ goes to ``generate_latest`` whole.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +26,7 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from .._stats import HistogramSnapshot
+from .._statistics import HistogramSnapshot, ModelHistogram
 
 __all__ = [
     "ModelHistograms",
@@ -108,9 +109,7 @@ class ModelHistograms(HistogramMetricFamily):
     else reading ``samples``, gets the usual samples.
     """
 
-    def __init__(
-        self, name: str, documentation: str, series: Sequence[tuple[str, str, HistogramSnapshot]]
-    ) -> None:
+    def __init__(self, name: str, documentation: str, series: Sequence[ModelHistogram]) -> None:
         self.series = series
         self._samples: list[Any] | None = None
         super().__init__(name, documentation, labels=["provider", "model"], unit="seconds")
@@ -119,8 +118,11 @@ class ModelHistograms(HistogramMetricFamily):
     def samples(self) -> list[Any]:
         if self._samples is None:
             self._samples = []
-            for provider, model, snapshot in self.series:
-                self.add_metric([provider, model], bucket_list(snapshot), snapshot.sum)
+            for entry in self.series:
+                histogram = entry.histogram
+                self.add_metric(
+                    [entry.provider, entry.model], bucket_list(histogram), histogram.sum
+                )
         return self._samples
 
     @samples.setter
@@ -137,7 +139,7 @@ def bucket_list(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
     """prometheus-client's bucket list: cumulative counts by upper bound."""
     out: list[tuple[str, float]] = []
     running = 0
-    for bound, count in zip(snapshot.bounds, snapshot.counts, strict=True):
+    for bound, count in zip((*snapshot.bounds, math.inf), snapshot.counts, strict=True):
         running += count
         out.append((le_label(bound), running))
     return out
@@ -152,9 +154,10 @@ def _model_histograms(
     doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
     out.append(f"# HELP {name} {doc}\n# TYPE {name} histogram\n")
     les: dict[float, str] = {}
-    for provider, model, snapshot in family.series:
+    for entry in family.series:
+        snapshot = entry.histogram
         escaped = []
-        for raw in (model, provider):
+        for raw in (entry.model, entry.provider):
             text = values.get(raw)
             if text is None:
                 text = values[raw] = (
@@ -163,7 +166,7 @@ def _model_histograms(
             escaped.append(text)
         tail = f'model="{escaped[0]}",provider="{escaped[1]}"'
         running = 0
-        for bound, count in zip(snapshot.bounds, snapshot.counts, strict=True):
+        for bound, count in zip((*snapshot.bounds, math.inf), snapshot.counts, strict=True):
             pace()
             running += count
             le = les.get(bound)

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import msgspec
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import (
@@ -38,7 +39,8 @@ from prometheus_client.core import (
 
 from llmrt import ErrorCode
 
-from .._stats import OTHER, HistogramSnapshot, RuntimeStatistics
+from .._statistics import GatewayStatistics, ModelHistogram, RuntimeStatistics
+from .._stats import OTHER
 from ..routing._metrics import routing_families
 from ._exposition import (
     ModelHistograms,
@@ -50,7 +52,6 @@ from ._exposition import (
     write_exposition,
 )
 from ._protocol import GatewayErrorCode
-from ._snapshot import GatewayValue
 
 if TYPE_CHECKING:
     from ._connection import GatewayState
@@ -76,12 +77,8 @@ def _code(code: str) -> str:
     return code if not code or code in _KNOWN_CODES else OTHER
 
 
-def _histograms(
-    name: str, doc: str, series: Mapping[tuple[str, str], HistogramSnapshot]
-) -> ModelHistograms:
-    return ModelHistograms(
-        name, doc, [(provider, model, snap) for (provider, model), snap in sorted(series.items())]
-    )
+def _histograms(name: str, doc: str, series: Sequence[ModelHistogram]) -> ModelHistograms:
+    return ModelHistograms(name, doc, series)  # sorted by label already
 
 
 def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
@@ -103,13 +100,14 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
         "Chunks forwarded from adapters to consumers, by provider.",
         labels=["provider"],
     )
-    for provider, ps in sorted(stats.providers.items()):
+    for ps in stats.providers:
+        provider = ps.provider
         started.add_metric([provider], ps.calls_started)
         in_flight.add_metric([provider], ps.calls_in_flight)
         chunks.add_metric([provider], ps.chunks_forwarded)
         folded: Counter[tuple[str, str]] = Counter()
-        for (reason, code), count in ps.calls_finished.items():
-            folded[reason, _code(code)] += count
+        for entry in ps.calls_finished:
+            folded[entry.reason, _code(entry.code)] += entry.count
         for (reason, code), count in sorted(folded.items()):
             finished.add_metric([provider, reason, code], count)
     yield from (started, in_flight, finished, chunks)
@@ -182,14 +180,14 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
         "Upstream connections idle in the pool, by the first provider of the adapter.",
         labels=["provider"],
     )
-    for provider, pool in sorted(stats.connection_pools.items()):
-        upstream.add_metric([provider], pool.open)
-        idle.add_metric([provider], pool.idle)
+    for pool in stats.connection_pools:
+        upstream.add_metric([pool.provider], pool.open)
+        idle.add_metric([pool.provider], pool.idle)
     yield upstream
     yield idle
 
 
-def _gateway_families(gw: GatewayValue) -> Iterator[Metric]:
+def _gateway_families(gw: GatewayStatistics) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "llmrt_gateway_ready", "1 while accepting calls; 0 draining or stopping.", gw.ready
     )
@@ -242,9 +240,13 @@ class Figures:
 
     version: str
     runtime: RuntimeStatistics
-    gateway: GatewayValue
+    gateway: GatewayStatistics
     #: When they were read (trio's clock): later figures of one gateway are never smaller.
     taken: float = 0.0
+
+    def statistics(self) -> RuntimeStatistics:
+        """The runtime's figures with the gateway's section: what a ``stats`` frame answers."""
+        return msgspec.structs.replace(self.runtime, gateway=self.gateway)
 
     @classmethod
     def read(cls, state: GatewayState) -> Figures:
@@ -266,7 +268,7 @@ def metric_families(figures: Figures) -> list[Metric]:
 
 
 #: Writes the whole ``/metrics`` answer from this gateway's figures, e.g. summed
-#: with other worker processes' (``llmrt.actors._worker_figures``). Runs in the
+#: with other worker processes' (``llmrt.actors.app.workers``). Runs in the
 #: scrape's worker thread, so it may read files. A gateway with such a writer
 #: caches nothing itself beyond sharing one run among the scrapes that asked
 #: during it: the writer keeps its own cache (one shared by the processes).

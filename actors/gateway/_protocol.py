@@ -5,7 +5,7 @@ Frames are frozen msgspec structs under two tagged unions (tag field
 gateway sends). The same structs encode as JSON text frames (subprotocol
 ``llmrt.v1``, the default) or MessagePack binary frames (``llmrt.v1.msgpack``).
 ``docs/protocol.md`` is the normative description. Blocks, message sources
-and finish reasons registered with `llmrt.register_content_block` and its
+and finish reasons registered with `llmrt.vocabulary.register_content_block` and its
 siblings decode in both directions (a failed decode is retried with them).
 """
 
@@ -24,7 +24,6 @@ from llmrt import (
     DecodeError,
     GenerateOptions,
     LlmFailure,
-    ModelDiscoveryRequest,
     ReasoningDelta,
     ResolvedRetryPolicy,
     StreamChunk,
@@ -34,6 +33,7 @@ from llmrt import (
 from llmrt._egress import OutboundPolicy
 from llmrt._nesting import MAX_NESTING, json_too_deep, msgpack_too_deep
 from llmrt._vocab import decode_open, extended
+from llmrt.adapter import ModelDiscoveryRequest
 
 from .._tracecontext import MAX_TRACEPARENT
 
@@ -319,7 +319,7 @@ class PingFrame(_Frame, frozen=True, tag="ping"):
 
 
 class StatsFrame(_Frame, frozen=True, tag="stats"):
-    """Ask for the statistics snapshot (answered by a ``result``: a ``StatisticsValue``)."""
+    """Ask for the statistics snapshot (answered by a ``result``: a ``RuntimeStatistics``)."""
 
     id: _Id
 

@@ -37,25 +37,23 @@ from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection
 
 from llmrt import (
     AttemptChunk,
-    ConfigurableProvider,
     DecodeError,
-    DiscoveredModel,
     ErrorCode,
     Finish,
     FinishError,
     GenerateOptions,
     LlmError,
     LlmFailure,
-    ModelDiscoveryRequest,
     ModelInfo,
-    ProviderInfo,
     ResolvedModelInfo,
     ResolvedRetryPolicy,
     RetryScheduled,
 )
 from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._helpers import sole_exception
+from llmrt.adapter import ConfigurableProvider, DiscoveredModel, ModelDiscoveryRequest, ProviderInfo
 
+from .._statistics import RuntimeStatistics
 from .._tracecontext import valid_traceparent
 from ._dial import dial, endpoint_of, translate_handshake
 from ._protocol import (
@@ -86,7 +84,6 @@ from ._protocol import (
     ends_request,
 )
 from ._reassembly import PartsOverflow, Reassembly
-from ._snapshot import StatisticsValue
 
 __all__ = ["open_gateway_client", "GatewayClient", "RemoteCall", "RemoteCallContext"]
 
@@ -389,7 +386,7 @@ class GatewayClient:
         models: tuple[DiscoveredModel, ...] = self._decode(raw, tuple[DiscoveredModel, ...])
         return models
 
-    async def stats(self) -> StatisticsValue:
+    async def stats(self) -> RuntimeStatistics:
         """The gateway's statistics snapshot (its runtime's and its own figures).
 
         Raises `LlmError` (``NETWORK``; ``BAD_FRAME`` from a gateway that
@@ -397,7 +394,7 @@ class GatewayClient:
         """
         rid = f"r{next(self._ids)}"
         raw = await self._request(rid, StatsFrame(id=rid))
-        value: StatisticsValue = self._decode(raw, StatisticsValue)
+        value: RuntimeStatistics = self._decode(raw, RuntimeStatistics)
         return value
 
     # ---- internals ---------------------------------------------------------------------------

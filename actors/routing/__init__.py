@@ -8,6 +8,10 @@ says on the finish (`llmrt.Routing`) which deployment served. State is kept
 in the process, or in Redis with ``RoutingSettings(redis="redis://...")``.
 """
 
+from .._statistics import DeploymentStatistics as DeploymentStatistics
+from .._statistics import GroupStatistics as GroupStatistics
+from .._statistics import RoutingStatistics as RoutingStatistics
+from .._statistics import SharedStateStatistics as SharedStateStatistics
 from ._handle import GroupsHandle as GroupsHandle
 from ._routed import RoutedCall as RoutedCall
 from ._spec import BUILTIN_STRATEGIES as BUILTIN_STRATEGIES
@@ -16,10 +20,6 @@ from ._spec import Deployment as Deployment
 from ._spec import Group as Group
 from ._spec import RoutingSettings as RoutingSettings
 from ._state import DeploymentState as DeploymentState
-from ._stats import DeploymentStatistics as DeploymentStatistics
-from ._stats import GroupStatistics as GroupStatistics
-from ._stats import RoutingStatistics as RoutingStatistics
-from ._stats import SharedStateStatistics as SharedStateStatistics
 from ._strategies import FewestInFlight as FewestInFlight
 from ._strategies import LowestLatency as LowestLatency
 from ._strategies import MostHeadroom as MostHeadroom

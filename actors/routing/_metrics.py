@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ._stats import RoutingStatistics
+from .._statistics import RoutingStatistics
 
 __all__ = ["routing_families"]
 

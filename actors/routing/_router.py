@@ -26,15 +26,15 @@ from types import MappingProxyType
 import attrs
 import trio
 
-from ._redis import SharedState
-from ._spec import Group
-from ._state import DeploymentState
-from ._stats import (
+from .._statistics import (
     DeploymentStatistics,
     GroupStatistics,
     RoutingStatistics,
     SharedStateStatistics,
 )
+from ._redis import SharedState
+from ._spec import Group
+from ._state import DeploymentState
 from ._strategies import Strategy, builtin_strategies
 
 __all__ = ["GroupPlan", "Router", "Ticket", "Turnstile", "FAILED", "NEUTRAL", "SUCCEEDED"]

@@ -1,10 +1,9 @@
-"""Routing statistics: one shape in process, on the ``stats`` frame and summed over workers. No I/O.
+"""Routing statistics added up over processes (``llmrt serve --workers``). No I/O.
 
-`RoutingStatistics` is `LlmRuntime.statistics().routing` and the ``routing``
-member of the gateway's statistics value (camelCase on the wire);
-`merge_routing` sums several processes' (``llmrt serve --workers``). Times
-are seconds; ``coolingFor`` is what was left of a cooldown when the
-snapshot was taken.
+The section itself, `RoutingStatistics`, is ``LlmRuntime.statistics().routing``
+in the one statistics tree (``llmrt.actors._statistics``); the workers' sum
+(``llmrt.actors.app.workers._sum``) adds the sections with `merge_routing`
+and keeps a dead worker's with `retired_routing`.
 """
 
 from __future__ import annotations
@@ -14,85 +13,14 @@ from collections.abc import Sequence
 
 import msgspec
 
-__all__ = [
-    "DeploymentStatistics",
-    "GroupStatistics",
-    "RoutingStatistics",
-    "SharedStateStatistics",
-    "merge_routing",
-    "retired_routing",
-]
+from .._statistics import (
+    DeploymentStatistics,
+    GroupStatistics,
+    RoutingStatistics,
+    SharedStateStatistics,
+)
 
-
-class _Value(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    pass
-
-
-class DeploymentStatistics(_Value, frozen=True):
-    group: str
-    route: str
-    model: str
-    tier: int
-    weight: float
-    #: Attempts of this process (summed: of every process) on the deployment now.
-    in_flight: int
-    #: True when the figures below came from Redis (every process's), not this process's.
-    shared: bool
-    cooling: bool
-    #: Seconds of cooldown left (0 when not cooling).
-    cooling_for: float
-    #: Times the deployment was cooled (by this process's calls).
-    cooldowns: int
-    #: Attempts dispatched here, and calls it served (its content reached the consumer).
-    attempts: int
-    served: int
-    #: Attempts that moved on to another deployment, by the code that ended them.
-    failovers: dict[str, int]
-    #: EWMA of the time to first chunk (None: not measured yet).
-    latency: float | None
-    rpm_used: int
-    tpm_used: int
-    rpm: int | None = None
-    tpm: int | None = None
-    max_in_flight: int | None = None
-
-    @property
-    def id(self) -> str:
-        return f"{self.route}/{self.model}"
-
-
-class GroupStatistics(_Value, frozen=True):
-    name: str
-    strategy: str
-    #: Calls made to the group.
-    calls: int
-    #: Calls waiting for a deployment now.
-    waiting: int
-    #: Calls the router ended ``RATE_LIMIT`` (nothing available within the wait).
-    rate_limited: int
-    #: Calls moved to the ``context_fallback`` group.
-    context_fallbacks: int
-    deployments: tuple[DeploymentStatistics, ...]
-
-
-class SharedStateStatistics(_Value, frozen=True):
-    """Redis as the routing state's home: how many processes use it now, how it failed."""
-
-    #: Processes whose calls use Redis now (0 or 1 per process; summed over workers).
-    shared: int
-    #: Processes configured with Redis.
-    processes: int
-    #: Round trips that failed or timed out.
-    errors: int
-    #: Times a process went from Redis to local state.
-    degradations: int
-    round_trips: int
-
-
-class RoutingStatistics(_Value, frozen=True):
-    groups: tuple[GroupStatistics, ...] = ()
-    #: None: routing state is local (no ``[routing] redis``).
-    shared_state: SharedStateStatistics | None = None
+__all__ = ["merge_routing", "retired_routing"]
 
 
 def _merge_deployment(parts: Sequence[DeploymentStatistics]) -> DeploymentStatistics:

@@ -5,7 +5,7 @@ the connect timeout.
 that name is shown back (the serve banner's ``bearer token from $NAME``, the
 hints of a refused token). A token pasted there instead is refused before
 anything runs, like ``api_key_env`` in ``llmrt.toml``, and never echoed:
-`llmrt.looks_like_secret` decides what looks like a token, and a value that is
+`llmrt.adapter.looks_like_secret` decides what looks like a token, and a value that is
 not a variable name at all is refused without being shown either.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from llmrt import looks_like_secret
+from llmrt.adapter import looks_like_secret
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",

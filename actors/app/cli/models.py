@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 import llmrt
-from llmrt import ErrorCode, LlmError, ModelDiscoveryRequest
+from llmrt import ErrorCode, LlmError
+from llmrt.adapter import ModelDiscoveryRequest
 
 from ._command import Streams
 from ._options import connect_timeout_option, token_env_option, via_option
@@ -74,7 +75,7 @@ async def _models(
 
 async def _show_models(
     route: str,
-    directory: Sequence[llmrt.ConfigurableProvider],
+    directory: Sequence[llmrt.adapter.ConfigurableProvider],
     live: set[str],
     discover: Callable[[str, ModelDiscoveryRequest], Any],
     list_models: Callable[[str], Any],

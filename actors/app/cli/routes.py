@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 import msgspec
 import trio
 
-from ...gateway._snapshot import StatisticsValue, statistics_value
-from ...routing import DeploymentStatistics, RoutingStatistics
+from ..._statistics import DeploymentStatistics, RoutingStatistics, RuntimeStatistics
 from ._command import Streams
 from ._options import connect_timeout_option, token_env_option, via_option
 
@@ -48,7 +47,7 @@ def _deployment(d: DeploymentStatistics) -> str:
     )
 
 
-def format_routes(value: StatisticsValue) -> list[str]:
+def format_routes(value: RuntimeStatistics) -> list[str]:
     """The routing part of a statistics snapshot as lines of text."""
     routing = value.routing
     if routing is None or not routing.groups:
@@ -83,10 +82,10 @@ async def _routes(
 
     if args.via:
         async with gateway_client(args, environ) as client:
-            value: StatisticsValue = await client.stats()
+            value: RuntimeStatistics = await client.stats()
     else:
         async with configured_runtime(config, environ=environ) as rt:
-            value = statistics_value(rt.statistics())
+            value = rt.statistics()
     if args.json:
         routing = value.routing or RoutingStatistics()
         out.write(msgspec.json.format(msgspec.json.encode(routing), indent=2).decode() + "\n")

@@ -208,8 +208,8 @@ async def _serve_workers(
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    from ..._workers import supervise
     from ...gateway._server import _is_loopback
+    from ..workers import supervise
 
     token = serve_options(args, config, environ)["token"]
     if token is None and not _is_loopback(args.host):

@@ -4,6 +4,7 @@ runtime's after a few demo calls, as text (`format_stats`) or JSON."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 import trio
@@ -15,7 +16,7 @@ from ._command import Streams
 from ._options import connect_timeout_option, token_env_option, via_option
 
 if TYPE_CHECKING:
-    from ...gateway._snapshot import HistogramValue, StatisticsValue
+    from ..._statistics import HistogramSnapshot, RuntimeStatistics
     from ..config import Config
 
 __all__ = ["add_arguments", "format_stats", "run"]
@@ -35,17 +36,17 @@ def run(args: argparse.Namespace, config: Config, streams: Streams) -> int:
     return trio.run(_stats, args, config, streams.out, streams.environ)
 
 
-def _counts(counts: dict[str, int]) -> str:
+def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{name or '-'} {n}" for name, n in sorted(counts.items())) or "none"
 
 
-def _mean_ms(histogram: HistogramValue) -> str:
+def _mean_ms(histogram: HistogramSnapshot) -> str:
     count = histogram.count
     mean = f"mean {1000 * histogram.sum / count:.1f} ms" if count else "no data"
     return f"n={count} {mean}"
 
 
-def format_stats(value: StatisticsValue) -> list[str]:
+def format_stats(value: RuntimeStatistics) -> list[str]:
     """A statistics snapshot as lines of text (``llmrt stats``)."""
     lines = [
         f"calls: started {value.calls_started}, in flight {value.calls_in_flight}, "
@@ -99,8 +100,6 @@ async def _stats(
         async with gateway_client(args, environ) as client:
             value = await client.stats()
     else:
-        from ...gateway._snapshot import statistics_value
-
         if args.calls < 0:
             raise ValueError("--calls must be >= 0")
         async with configured_runtime(config) as rt:
@@ -111,7 +110,7 @@ async def _stats(
                 async with rt.stream(options) as call:
                     async for _chunk in call:
                         pass
-            value = statistics_value(rt.statistics())
+            value = rt.statistics()
     if args.json:
         import msgspec
 

@@ -19,7 +19,7 @@ def describe(config: Config) -> list[str]:
     rows = []
     for spec in config.routes:
         kind = spec.adapter + (f"/{spec.preset}" if spec.preset else "")
-        if spec.api_key_env and llmrt.looks_like_secret(spec.api_key_env):
+        if spec.api_key_env and llmrt.adapter.looks_like_secret(spec.api_key_env):
             # Only a route built in code gets here (the loader refuses it): never shown.
             key = "key: (a variable name that looks like a key, not shown)"
         elif spec.api_key_env:

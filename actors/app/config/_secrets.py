@@ -6,7 +6,7 @@ stands, and so is a value that looks like a key where a *name* belongs
 (``api_key_env`` names a variable, ``preset`` a preset): a pasted key there
 would otherwise be shown by ``llmrt providers``, the serve banner and the
 ``MISSING_CREDENTIAL`` failure every gateway client receives ("the
-environment variable ... is unset"). `llmrt.looks_like_secret` decides what
+environment variable ... is unset"). `llmrt.adapter.looks_like_secret` decides what
 looks like a key. Every other secret-looking string of the file is kept out
 of every error message (`hidden_values`, `scrub`), whatever check fails.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from llmrt import REDACTED, looks_like_secret
+from llmrt.adapter import REDACTED, looks_like_secret
 from llmrt.adapters.plugin import Path
 
 __all__ = ["SECRET_KEYS", "hidden_values", "refusal", "scrub", "secret_name_reason"]

@@ -3,7 +3,7 @@
 Pure: given what msgspec reported (an unknown field at a path, an unknown
 adapter) and what the schema allows there, the name the writer most likely
 meant, or None when nothing is close. Secret-looking names are never
-suggested from or to (`llmrt.looks_like_secret`): a hint must not echo one.
+suggested from or to (`llmrt.adapter.looks_like_secret`): a hint must not echo one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from llmrt import looks_like_secret
+from llmrt.adapter import looks_like_secret
 from llmrt.adapters.plugin import ModelSpec, Path, RetryTable
 
 from ._schema import DefaultsTable, GatewayTable, SettingsTable

@@ -331,7 +331,7 @@ def _check_url(ctx: _Context, path: Path, url: str | None) -> None:
 
 
 def _check_key_env(ctx: _Context, path: Path, name: str | None) -> None:
-    if name is not None and llmrt.looks_like_secret(name):
+    if name is not None and llmrt.adapter.looks_like_secret(name):
         raise ctx.error(path, secret_name_reason("api_key_env"))
     if name is not None and not _ENV_NAME.fullmatch(name):
         # Never echo it: a value that is not a variable name may be the key itself.

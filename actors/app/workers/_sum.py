@@ -1,11 +1,10 @@
 """Summing several gateway processes' statistics (``llmrt serve --workers``). No I/O.
 
-A worker's figures travel as `StatisticsValue` (the ``stats`` frame's value);
-`merge_values` adds several up, `retired` is what a dead worker leaves in the
-sum, `admit_models` and `fold_models` keep the sum within the model-label
-bound, `runtime_statistics` turns a value back into the `RuntimeStatistics`
-that `metric_families` exports, and `worker_families` shows the workers
-themselves.
+A worker's figures travel as the `RuntimeStatistics` the runtime returns,
+its `gateway` section filled in (the ``stats`` frame's value); `merge_values`
+adds several up into one of the same shape, `retired` is what a dead worker
+leaves in the sum, `admit_models` and `fold_models` keep the sum within the
+model-label bound, and `worker_families` shows the workers themselves.
 
 Why the sum needs its own label bound: each worker keeps its first
 `MAX_MODELS_PER_PROVIDER` model names, but two workers that saw different
@@ -17,44 +16,57 @@ moves into ``(other)`` later, which would make both counters go down.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ._stats import (
-    ABORT_BUCKETS,
-    MAX_MODELS_PER_PROVIDER,
-    OTHER,
+from ..._statistics import (
     ConnectionPool,
+    FinishedCount,
+    GatewayStatistics,
     HistogramSnapshot,
+    ModelHistogram,
     ProviderStatistics,
     RuntimeStatistics,
 )
-from .gateway._snapshot import (
-    FinishedCount,
-    GatewayValue,
-    HistogramValue,
-    ModelHistogram,
-    PoolValue,
-    ProviderValue,
-    StatisticsValue,
-)
-from .routing._stats import merge_routing, retired_routing
+from ..._stats import MAX_MODELS_PER_PROVIDER, OTHER
+from ...routing._stats import merge_routing, retired_routing
 
 __all__ = [
+    "SUMMED_FIELDS",
     "admit_models",
     "fold_models",
     "merge_values",
     "retired",
-    "runtime_statistics",
     "worker_families",
 ]
 
-_NO_ABORTS = HistogramSnapshot(bounds=ABORT_BUCKETS, counts=(0,) * len(ABORT_BUCKETS), sum=0.0)
+#: Every field of `RuntimeStatistics` that `merge_values` sums (a test checks
+#: this is all of them: a new section must say how workers add it up).
+SUMMED_FIELDS = frozenset(
+    {
+        "calls_started",
+        "calls_in_flight",
+        "calls_finished",
+        "failures_by_code",
+        "chunks_forwarded",
+        "chunks_dropped",
+        "middleware_errors",
+        "registrations",
+        "retries_by_code",
+        "attempts_per_call",
+        "watchdog_firings",
+        "providers",
+        "time_to_first_chunk",
+        "call_duration",
+        "abort_to_finish",
+        "connection_pools",
+        "gateway",
+        "routing",
+    }
+)
 
 
 def _add(into: Counter[str], items: Iterable[tuple[str, int]]) -> None:
@@ -62,9 +74,7 @@ def _add(into: Counter[str], items: Iterable[tuple[str, int]]) -> None:
         into[key] += count
 
 
-def _histogram_sum(values: Sequence[HistogramValue]) -> HistogramValue | None:
-    if not values:
-        return None
+def _histogram_sum(values: Sequence[HistogramSnapshot]) -> HistogramSnapshot:
     first = values[0]
     counts = [0] * len(first.counts)
     total = 0.0
@@ -74,23 +84,27 @@ def _histogram_sum(values: Sequence[HistogramValue]) -> HistogramValue | None:
         for i, count in enumerate(value.counts):
             counts[i] += count
         total += value.sum
-    return HistogramValue(bounds=first.bounds, counts=tuple(counts), sum=total)
+    return HistogramSnapshot(bounds=first.bounds, counts=tuple(counts), sum=total)
 
 
-def _by_model(series: Iterable[Sequence[ModelHistogram]]) -> tuple[ModelHistogram, ...]:
-    grouped: dict[tuple[str, str], list[HistogramValue]] = {}
+def _by_model(
+    series: Iterable[Sequence[ModelHistogram]], keep: Mapping[str, frozenset[str]] | None = None
+) -> tuple[ModelHistogram, ...]:
+    """The entries summed by label pair; with ``keep``, models not kept count under `OTHER`."""
+    grouped: dict[tuple[str, str], list[HistogramSnapshot]] = {}
     for entries in series:
         for entry in entries:
-            grouped.setdefault((entry.provider, entry.model), []).append(entry.histogram)
-    out = []
-    for (provider, model), values in sorted(grouped.items()):
-        merged = _histogram_sum(values)
-        assert merged is not None
-        out.append(ModelHistogram(provider=provider, model=model, histogram=merged))
-    return tuple(out)
+            model = entry.model
+            if keep is not None and model not in keep.get(entry.provider, frozenset()):
+                model = OTHER
+            grouped.setdefault((entry.provider, model), []).append(entry.histogram)
+    return tuple(
+        ModelHistogram(provider=provider, model=model, histogram=_histogram_sum(values))
+        for (provider, model), values in sorted(grouped.items())
+    )
 
 
-def _gateway_sum(values: Sequence[GatewayValue]) -> GatewayValue | None:
+def _gateway_sum(values: Sequence[GatewayStatistics]) -> GatewayStatistics | None:
     if not values:
         return None
     refused: Counter[str] = Counter()
@@ -98,47 +112,33 @@ def _gateway_sum(values: Sequence[GatewayValue]) -> GatewayValue | None:
     for value in values:
         _add(refused, value.refused.items())
         _add(http, value.http_requests.items())
-    return GatewayValue(
+    return GatewayStatistics(
         ready=all(value.ready for value in values),
         connections=sum(value.connections for value in values),
         accepted=sum(value.accepted for value in values),
         live_requests=sum(value.live_requests for value in values),
-        refused=dict(refused),
+        refused=refused,
         frames_received=sum(value.frames_received for value in values),
         frames_sent=sum(value.frames_sent for value in values),
         bytes_received=sum(value.bytes_received for value in values),
         bytes_sent=sum(value.bytes_sent for value in values),
-        http_requests=dict(http),
+        http_requests=http,
     )
 
 
-def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
-    """The sum of several processes' statistics: counters, histograms and gauges
-    add up; ``registrations`` is the largest (every worker registers the same
-    routes); the gateway is ready only when every part is."""
-    if not values:
-        raise ValueError("nothing to merge")
-    finished: Counter[str] = Counter()
-    failures: Counter[str] = Counter()
-    retries: Counter[str] = Counter()
-    attempts: Counter[int] = Counter()
-    providers: dict[str, list[ProviderValue]] = {}
+def _providers_sum(values: Sequence[RuntimeStatistics]) -> tuple[ProviderStatistics, ...]:
+    providers: dict[str, list[ProviderStatistics]] = {}
     for value in values:
-        _add(finished, value.calls_finished.items())
-        _add(failures, value.failures_by_code.items())
-        _add(retries, value.retries_by_code.items())
-        for tries, count in value.attempts_per_call.items():
-            attempts[tries] += count
         for provider in value.providers:
             providers.setdefault(provider.provider, []).append(provider)
-    merged_providers = []
+    merged = []
     for name, parts in sorted(providers.items()):
         by_finish: Counter[tuple[str, str]] = Counter()
         for part in parts:
             for entry in part.calls_finished:
                 by_finish[entry.reason, entry.code] += entry.count
-        merged_providers.append(
-            ProviderValue(
+        merged.append(
+            ProviderStatistics(
                 provider=name,
                 calls_started=sum(p.calls_started for p in parts),
                 calls_in_flight=sum(p.calls_in_flight for p in parts),
@@ -149,31 +149,48 @@ def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
                 chunks_forwarded=sum(p.chunks_forwarded for p in parts),
             )
         )
+    return tuple(merged)
+
+
+def merge_values(values: Sequence[RuntimeStatistics]) -> RuntimeStatistics:
+    """The sum of several processes' statistics: counters, histograms and gauges
+    add up; ``registrations`` is the largest (every worker registers the same
+    routes); the gateway is ready only when every part is."""
+    if not values:
+        raise ValueError("nothing to merge")
+    finished: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    retries: Counter[str] = Counter()
+    attempts: Counter[int] = Counter()
     pools: dict[str, tuple[int, int]] = {}
     for value in values:
+        _add(finished, value.calls_finished.items())
+        _add(failures, value.failures_by_code.items())
+        _add(retries, value.retries_by_code.items())
+        for tries, count in value.attempts_per_call.items():
+            attempts[tries] += count
         for pool in value.connection_pools:
             open_, idle = pools.get(pool.provider, (0, 0))
             pools[pool.provider] = (open_ + pool.open, idle + pool.idle)
-    aborts = [v.abort_to_finish for v in values if v.abort_to_finish is not None]
     gateways = [v.gateway for v in values if v.gateway is not None]
-    return StatisticsValue(
+    return RuntimeStatistics(
         calls_started=sum(v.calls_started for v in values),
         calls_in_flight=sum(v.calls_in_flight for v in values),
-        calls_finished=dict(finished),
-        failures_by_code=dict(failures),
+        calls_finished=finished,
+        failures_by_code=failures,
         chunks_forwarded=sum(v.chunks_forwarded for v in values),
         chunks_dropped=sum(v.chunks_dropped for v in values),
         middleware_errors=sum(v.middleware_errors for v in values),
         registrations=max(v.registrations for v in values),
-        retries_by_code=dict(retries),
-        attempts_per_call=dict(attempts),
+        retries_by_code=retries,
+        attempts_per_call=attempts,
         watchdog_firings=sum(v.watchdog_firings for v in values),
-        providers=tuple(merged_providers),
+        providers=_providers_sum(values),
         time_to_first_chunk=_by_model(v.time_to_first_chunk for v in values),
         call_duration=_by_model(v.call_duration for v in values),
-        abort_to_finish=_histogram_sum(aborts),
+        abort_to_finish=_histogram_sum([v.abort_to_finish for v in values]),
         connection_pools=tuple(
-            PoolValue(provider=name, open=open_, idle=idle)
+            ConnectionPool(provider=name, open=open_, idle=idle)
             for name, (open_, idle) in sorted(pools.items())
         ),
         gateway=_gateway_sum(gateways),
@@ -181,7 +198,7 @@ def merge_values(values: Sequence[StatisticsValue]) -> StatisticsValue:
     )
 
 
-def retired(value: StatisticsValue) -> StatisticsValue:
+def retired(value: RuntimeStatistics) -> RuntimeStatistics:
     """A dead worker's snapshot as it stays in the sum: counters kept, gauges at zero
     (its calls, websockets and upstream connections died with it)."""
     gateway = value.gateway
@@ -202,7 +219,7 @@ KeptModels = Mapping[str, Sequence[str]]
 
 
 def admit_models(
-    kept: KeptModels, value: StatisticsValue, limit: int = MAX_MODELS_PER_PROVIDER
+    kept: KeptModels, value: RuntimeStatistics, limit: int = MAX_MODELS_PER_PROVIDER
 ) -> dict[str, tuple[str, ...]]:
     """``kept`` and, while a provider has fewer than ``limit``, the names new in ``value``.
 
@@ -228,78 +245,17 @@ def admit_models(
     return out
 
 
-def _fold(
-    entries: Sequence[ModelHistogram], keep: Mapping[str, frozenset[str]]
-) -> tuple[ModelHistogram, ...]:
-    grouped: dict[tuple[str, str], list[HistogramValue]] = {}
-    for entry in entries:
-        model = entry.model if entry.model in keep.get(entry.provider, frozenset()) else OTHER
-        grouped.setdefault((entry.provider, model), []).append(entry.histogram)
-    out = []
-    for (provider, model), values in sorted(grouped.items()):
-        merged = _histogram_sum(values)
-        assert merged is not None
-        out.append(ModelHistogram(provider=provider, model=model, histogram=merged))
-    return tuple(out)
-
-
-def fold_models(value: StatisticsValue, kept: KeptModels) -> StatisticsValue:
+def fold_models(value: RuntimeStatistics, kept: KeptModels) -> RuntimeStatistics:
     """``value`` with every model label not in ``kept`` counted under `OTHER`."""
     keep = {provider: frozenset(models) for provider, models in kept.items()}
     return msgspec.structs.replace(
         value,
-        time_to_first_chunk=_fold(value.time_to_first_chunk, keep),
-        call_duration=_fold(value.call_duration, keep),
+        time_to_first_chunk=_by_model([value.time_to_first_chunk], keep),
+        call_duration=_by_model([value.call_duration], keep),
     )
 
 
-def _snapshot(value: HistogramValue) -> HistogramSnapshot:
-    return HistogramSnapshot(bounds=(*value.bounds, math.inf), counts=value.counts, sum=value.sum)
-
-
-def runtime_statistics(value: StatisticsValue) -> RuntimeStatistics:
-    """`statistics_value` the other way round: the snapshot `metric_families` reads."""
-    abort = value.abort_to_finish
-    return RuntimeStatistics(
-        calls_started=value.calls_started,
-        calls_in_flight=value.calls_in_flight,
-        calls_finished=MappingProxyType(dict(value.calls_finished)),
-        failures_by_code=MappingProxyType(dict(value.failures_by_code)),
-        chunks_forwarded=value.chunks_forwarded,
-        chunks_dropped=value.chunks_dropped,
-        middleware_errors=value.middleware_errors,
-        registrations=value.registrations,
-        retries_by_code=MappingProxyType(dict(value.retries_by_code)),
-        attempts_per_call=MappingProxyType(dict(value.attempts_per_call)),
-        providers=MappingProxyType(
-            {
-                p.provider: ProviderStatistics(
-                    calls_started=p.calls_started,
-                    calls_in_flight=p.calls_in_flight,
-                    calls_finished=MappingProxyType(
-                        {(f.reason, f.code): f.count for f in p.calls_finished}
-                    ),
-                    chunks_forwarded=p.chunks_forwarded,
-                )
-                for p in value.providers
-            }
-        ),
-        time_to_first_chunk=MappingProxyType(
-            {(e.provider, e.model): _snapshot(e.histogram) for e in value.time_to_first_chunk}
-        ),
-        call_duration=MappingProxyType(
-            {(e.provider, e.model): _snapshot(e.histogram) for e in value.call_duration}
-        ),
-        abort_to_finish=_snapshot(abort) if abort is not None else _NO_ABORTS,
-        watchdog_firings=value.watchdog_firings,
-        connection_pools=MappingProxyType(
-            {p.provider: ConnectionPool(open=p.open, idle=p.idle) for p in value.connection_pools}
-        ),
-        routing=value.routing,
-    )
-
-
-def worker_families(live: Sequence[tuple[int, StatisticsValue]]) -> list[Metric]:
+def worker_families(live: Sequence[tuple[int, RuntimeStatistics]]) -> list[Metric]:
     """The families that show the live workers themselves, from (slot, figures) pairs."""
     workers = GaugeMetricFamily(
         "llmrt_gateway_workers", "Worker processes whose figures this scrape sums."

@@ -32,7 +32,7 @@ Lifecycle:
 * A worker whose supervisor disappears sees its stdin close and drains too.
 
 Metrics over workers (``/metrics`` on any worker answers for all): each worker
-writes its statistics snapshot (`StatisticsValue`, the ``stats`` frame's
+writes its statistics snapshot (`RuntimeStatistics`, the ``stats`` frame's
 value) to a private directory of the supervisor every second; a scrape sums
 the fresh figures of the scraped worker with the other workers' latest files.
 When a worker dies the supervisor folds its last snapshot into
@@ -43,7 +43,7 @@ path that llmrt's metrics avoid by reading the runtime's own statistics at
 scrape time), and it exports only the metrics it stored, not custom
 collectors like the gateway's. Staleness is at most the snapshot period
 (``SNAPSHOT_SECONDS``), far below a scrape interval. The directory is
-``_worker_figures``; the sum, without I/O, ``_worker_sum``.
+``_figures``; the sum, without I/O, ``_sum``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ import attrs
 import msgspec
 import trio
 
-from ._worker_figures import SNAPSHOT_SECONDS, retire
+from ._figures import SNAPSHOT_SECONDS, retire
 
 __all__ = ["WorkerSpec", "supervise", "READY_LINE"]
 
@@ -82,7 +82,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     ``argv`` is the supervisor's own ``llmrt serve ...`` command line: the
     worker parses it again, so that every ``serve`` option reaches every
-    worker through `llmrt.actors.app.cli.serve_options`, as in a single process.
+    worker through `llmrt.actors.app.cli._serving.serve_options`, as in a single process.
     Paths in it are relative to the working directory, which workers share.
     """
 
@@ -236,8 +236,8 @@ async def supervise(
     Calls ``task_status.started(port)`` once every worker is ready. Returns the
     exit status: 0 after a clean stop, 1 when a worker could not start.
     """
-    from .gateway import Limits
-    from .gateway._listen import bind_reuseport
+    from ...gateway import Limits
+    from ...gateway._listen import bind_reuseport
 
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")

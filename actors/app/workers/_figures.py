@@ -25,7 +25,7 @@ each one. Three rules make it so:
   than another worker had already shown.
 
 The model labels of the sum are bounded like one process's (``labels.json``,
-see `llmrt.actors._worker_sum.admit_models`), retired workers included.
+see `llmrt.actors.app.workers._sum.admit_models`), retired workers included.
 """
 
 from __future__ import annotations
@@ -42,17 +42,10 @@ import attrs
 import msgspec
 from prometheus_client.core import Metric
 
-from ._worker_sum import (
-    admit_models,
-    fold_models,
-    merge_values,
-    retired,
-    runtime_statistics,
-    worker_families,
-)
-from .gateway._exposition import Pacer, write_exposition
-from .gateway._metrics import Figures, metric_families
-from .gateway._snapshot import StatisticsValue, statistics_value
+from ..._statistics import RuntimeStatistics
+from ...gateway._exposition import Pacer, write_exposition
+from ...gateway._metrics import Figures, metric_families
+from ._sum import admit_models, fold_models, merge_values, retired, worker_families
 
 __all__ = ["RENDER_SECONDS", "SNAPSHOT_SECONDS", "SharedFigures", "retire"]
 
@@ -71,7 +64,7 @@ _WORKERS = "worker-*.json"
 class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     slot: int
     pid: int
-    value: StatisticsValue
+    value: RuntimeStatistics
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -109,7 +102,7 @@ def _turn(figures_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _bounded(figures_dir: Path, value: StatisticsValue) -> StatisticsValue:
+def _bounded(figures_dir: Path, value: RuntimeStatistics) -> RuntimeStatistics:
     """``value`` within the sum's model-label bound; admits new names (hold `_turn`)."""
     path = figures_dir / _LABELS
     try:
@@ -151,20 +144,20 @@ class SharedFigures:
     render_seconds: float = RENDER_SECONDS
     #: The newest figures written, and when they were read: publishing older
     #: ones (a thread that lost the race) changes nothing.
-    _written: tuple[float, StatisticsValue] | None = attrs.field(default=None, init=False)
+    _written: tuple[float, RuntimeStatistics] | None = attrs.field(default=None, init=False)
     _writing: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @property
     def path(self) -> Path:
         return self.figures_dir / f"worker-{self.slot}-{self.pid}.json"
 
-    def publish(self, figures: Figures) -> StatisticsValue:
+    def publish(self, figures: Figures) -> RuntimeStatistics:
         """Write this worker's snapshot unless newer figures are written already;
         returns the newest written. Blocking file I/O: call it in a thread."""
         with self._writing:
             if self._written is not None and figures.taken < self._written[0]:
                 return self._written[1]
-            value = statistics_value(figures.runtime, figures.gateway)
+            value = figures.statistics()
             data = msgspec.json.encode(_Snapshot(slot=self.slot, pid=self.pid, value=value))
             _write_atomically(self.path, data)
             self._written = (figures.taken, value)
@@ -176,10 +169,10 @@ class SharedFigures:
         Admits new model labels (writes ``labels.json``). For one render hold
         the directory's lock, as `render` does.
         """
-        return self._families(statistics_value(figures.runtime, figures.gateway), figures.version)
+        return self._families(figures.statistics(), figures.version)
 
-    def _families(self, own: StatisticsValue, version: str) -> list[Metric]:
-        live: list[tuple[int, StatisticsValue]] = [(self.slot, own)]
+    def _families(self, own: RuntimeStatistics, version: str) -> list[Metric]:
+        live: list[tuple[int, RuntimeStatistics]] = [(self.slot, own)]
         values = [own]
         paths = [*sorted(self.figures_dir.glob(_WORKERS)), self.figures_dir / _RETIRED]
         for path in paths:
@@ -193,7 +186,7 @@ class SharedFigures:
                 live.append((snapshot.slot, snapshot.value))
         merged = _bounded(self.figures_dir, merge_values(values))
         assert merged.gateway is not None
-        total = Figures(version, runtime_statistics(merged), merged.gateway)
+        total = Figures(version, merged, merged.gateway)
         return [*metric_families(total), *worker_families(live)]
 
     def render(self, figures: Figures) -> bytes:
