@@ -26,7 +26,9 @@ Workloads:
   closing minus that moment, p50 / p99 in ms;
 * ``scale`` -- 1,000 and 5,000 concurrent streams of ``scale_chunks`` deltas
   paced at ``scale_delay``, started at once: the wall time until every one has
-  ended (and how many failed).
+  ended (and how many failed); streams not done by ``scale_deadline`` are
+  cancelled and counted failed (the openai SDK's pool of 1,000 connections
+  queues the rest).
 
 Targets (issue 27): per chunk ``aio-guest`` <= 1.5x ``trio``, cancel p99 <=
 2x ``trio``, 5,000 streams' wall <= 1.3x ``trio``, and every llmrt figure
@@ -66,6 +68,7 @@ FULL = {
     "scale": [1_000, 5_000],
     "scale_chunks": 20,
     "scale_delay": 0.05,
+    "scale_deadline": 90.0,
 }
 QUICK = {
     "chunk_streams": 2,
@@ -76,6 +79,7 @@ QUICK = {
     "scale": [100, 500],
     "scale_chunks": 10,
     "scale_delay": 0.05,
+    "scale_deadline": 30.0,
 }
 
 
@@ -196,15 +200,19 @@ async def _asyncio_worker(contender: str, spec: dict[str, Any]) -> dict[str, Any
             return {"left": left}
         if workload == "scale":
             t0 = time.perf_counter()
-            results = await asyncio.gather(
-                *(consume(client, f"x{i}", None, None) for i in range(spec["n"])),
-                return_exceptions=True,
-            )
+            tasks = [
+                asyncio.create_task(consume(client, f"x{i}", None, None)) for i in range(spec["n"])
+            ]
+            done, pending = await asyncio.wait(tasks, timeout=spec["deadline"])
             wall = time.perf_counter() - t0
-            failed = [r for r in results if not isinstance(r, int)]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            failed = [t.exception() for t in done if t.exception() is not None]
             return {
                 "wall_s": wall,
-                "failed": len(failed),
+                "failed": len(failed) + len(pending),
+                "unfinished": len(pending),
                 "error": repr(failed[0])[:200] if failed else None,
             }
         raise SystemExit(f"unknown workload {workload!r}")
@@ -255,21 +263,26 @@ async def _trio_worker(spec: dict[str, Any]) -> dict[str, Any]:
             return {"left": left}
         if workload == "scale":
             failed: list[BaseException] = []
+            finished = [0]
             t0 = time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for i in range(spec["n"]):
+            with trio.move_on_after(spec["deadline"]):
+                async with trio.open_nursery() as nursery:
+                    for i in range(spec["n"]):
 
-                    async def one(i: int = i) -> None:
-                        try:
-                            await _llmrt_consume(rt, f"x{i}", None, None)
-                        except Exception as exc:
-                            failed.append(exc)
+                        async def one(i: int = i) -> None:
+                            try:
+                                await _llmrt_consume(rt, f"x{i}", None, None)
+                            except Exception as exc:
+                                failed.append(exc)
+                            finished[0] += 1
 
-                    nursery.start_soon(one)
+                        nursery.start_soon(one)
             wall = time.perf_counter() - t0
+            unfinished = spec["n"] - finished[0]
             return {
                 "wall_s": wall,
-                "failed": len(failed),
+                "failed": len(failed) + unfinished,
+                "unfinished": unfinished,
                 "error": repr(failed[0])[:200] if failed else None,
             }
         raise SystemExit(f"unknown workload {workload!r}")
@@ -355,7 +368,12 @@ def main() -> None:
     with UpstreamProcess(sizes["scale_chunks"], sizes["scale_delay"], fast=True) as up:
         for n in sizes["scale"]:
             for contender in CONTENDERS:
-                spec = {"base_url": up.base_url, "workload": "scale", "n": n}
+                spec = {
+                    "base_url": up.base_url,
+                    "workload": "scale",
+                    "n": n,
+                    "deadline": sizes["scale_deadline"],
+                }
                 got = _run_worker(contender, spec)
                 figures[contender][f"scale_{n}"] = got
                 print(f"scale {n} {contender}: {got['wall_s']:.2f} s, {got['failed']} failed")
