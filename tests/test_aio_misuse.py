@@ -95,3 +95,48 @@ def test_a_trio_abort_signal_is_refused_with_the_asyncio_one_named() -> None:
                 rt.stream(_options(), signal=llmrt.AbortController().signal)  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+def test_bad_arguments_raise_as_the_trio_runtime_raises_them() -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="channel_size"):
+            async with llmrt.aio.open_runtime(channel_size=0):
+                pass  # pragma: no cover
+        with pytest.raises(ValueError, match="trio_host"):
+            async with llmrt.aio.open_runtime(trio_host="process"):  # type: ignore[arg-type]
+                pass  # pragma: no cover
+
+    asyncio.run(main())
+
+
+def test_several_runtimes_in_one_loop_each_have_their_own_trio_run() -> None:
+    from llmrt.adapters.demo import DemoAdapter
+
+    async def one(name: str, host: llmrt.aio.HostMode | None) -> tuple[str, str, int]:
+        async with llmrt.aio.open_runtime(trio_host=host) as rt:
+            await rt.register_adapter(["demo"], DemoAdapter())
+            request = GenerateOptions(
+                provider="demo", model="demo-1", messages=(user_message(name),)
+            )
+            done = await asyncio.gather(*(rt.complete(request) for _ in range(5)))
+            token = await rt._host.run(_token)
+            quoted = sum(1 for d in done if name in d.text)
+            return rt.trio_host, token, quoted + rt.statistics().calls_started
+
+    async def main() -> list[tuple[str, str, int]]:
+        first = await asyncio.gather(one("a", None), one("b", None), one("c", "thread"))
+        # The loop hosts one guest run at a time: asking for a second one explicitly is refused.
+        async with llmrt.aio.open_runtime(trio_host="guest"):
+            with pytest.raises(RuntimeError, match="trio_host='thread'"):
+                async with llmrt.aio.open_runtime(trio_host="guest"):
+                    pass  # pragma: no cover
+        return first
+
+    results = asyncio.run(main())
+    assert [count for _, _, count in results] == [10, 10, 10]
+    assert sorted(host for host, _, _ in results) == ["guest", "thread", "thread"]
+    assert len({token for _, token, _ in results}) == 3  # three trio runs
+
+
+async def _token() -> str:
+    return repr(trio.lowlevel.current_trio_token())

@@ -189,8 +189,12 @@ class Call(Generic[T]):
         Synchronous and idempotent; the trio call is aborted at the trio run's
         next step, so chunks already on their way may still arrive first.
         """
-        if self._done is not None and not self._done.done():
-            self._host.soon(self._abort_in_trio, None if reason is None else str(reason))
+        text = None if reason is None else str(reason)
+        if self._done is None:  # not entered yet: the call starts aborted, as in trio
+            if self._abort_reason is None:
+                self._abort_reason = (text,)
+        elif not self._done.done():
+            self._host.soon(self._abort_in_trio, text)
 
     # ---- the consumer -------------------------------------------------------------------
 

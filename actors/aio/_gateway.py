@@ -31,7 +31,7 @@ from llmrt.actors.gateway.client import GatewayClient as TrioGatewayClient
 from llmrt.actors.gateway.client import open_gateway_client as open_trio_gateway_client
 
 from ._call import Call
-from ._host import DEFAULT_HOST, HostMode, TrioHost, open_host
+from ._host import HostMode, TrioHost, open_host
 
 __all__ = ["GatewayClient", "open_gateway_client"]
 
@@ -112,7 +112,7 @@ async def open_gateway_client(
     call_buffer: int = 256,
     max_frame_bytes: int = 16 << 20,
     connect_timeout: float = 10.0,
-    trio_host: HostMode = DEFAULT_HOST,
+    trio_host: HostMode | None = None,
 ) -> AsyncIterator[GatewayClient]:
     """Connect to the gateway at ``url`` from asyncio; the trio client's arguments and errors.
 

@@ -5,7 +5,10 @@ the block is left. The run lives either as a trio *guest* on the running
 asyncio loop (`trio.lowlevel.start_guest_run`: trio's scheduler ticks run as
 loop callbacks, its I/O wait in a helper thread) or in a thread of its own
 (``mode="thread"``). docs/asyncio.md says which is the default and why
-(measured by ``python -m bench asyncio``).
+(measured by ``python -m bench asyncio``). A guest run holds its thread's
+trio state for its whole life, so one loop hosts one guest run at a time:
+with no mode given, a runtime opened while another one is a guest of the
+loop gets a thread.
 
 The crossings are the same in both modes:
 
@@ -166,7 +169,9 @@ class TrioHost:
             try:
                 result = await fn(*args)
             except trio.Cancelled:
-                error = asyncio.CancelledError()
+                # Cancelled for its awaiter, or by the runtime closing under it.
+                closing = RuntimeError("this llmrt.aio runtime closed while the call ran")
+                error = asyncio.CancelledError() if task.cancel_requested else closing
                 raise
             except BaseException as exc:
                 error = exc
@@ -205,7 +210,7 @@ def _start_guest(
 
 @asynccontextmanager
 async def open_host(
-    body: Callable[[], AbstractAsyncContextManager[T]], *, mode: HostMode, api: str
+    body: Callable[[], AbstractAsyncContextManager[T]], *, mode: HostMode | None, api: str
 ) -> AsyncIterator[tuple[TrioHost, T]]:
     """Start a trio run that enters ``body()``; yield the host and what ``body`` yielded.
 
@@ -215,8 +220,19 @@ async def open_host(
     as raised. ``api`` names the entry point in `NotInAsyncioError`.
     """
     loop = running_loop(api)
-    if mode not in ("guest", "thread"):
-        raise ValueError(f"mode must be 'guest' or 'thread', got {mode!r}")
+    # A thread holds one trio run at a time, and a guest run holds the loop's
+    # thread for its whole life: a second runtime on this loop gets a thread.
+    taken = trio.lowlevel.in_trio_run()
+    if mode is None:
+        mode = "thread" if taken else DEFAULT_HOST
+    elif mode not in ("guest", "thread"):
+        raise ValueError(f"trio_host must be 'guest' or 'thread', got {mode!r}")
+    elif mode == "guest" and taken:
+        raise RuntimeError(
+            "this loop's thread already hosts a trio guest run (another llmrt.aio runtime "
+            "or client): a second one runs in a thread of its own; leave trio_host unset "
+            "to get one, or pass trio_host='thread'"
+        )
     host = TrioHost(loop, mode)
     entered: asyncio.Future[T] = loop.create_future()
     finished: asyncio.Future[None] = loop.create_future()

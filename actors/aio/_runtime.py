@@ -53,7 +53,7 @@ from llmrt.actors.routing import Group, GroupsHandle, RoutingSettings, Strategy
 
 from ._abort import AbortSignal
 from ._call import Call
-from ._host import DEFAULT_HOST, HostMode, TrioHost, open_host
+from ._host import HostMode, TrioHost, open_host
 
 __all__ = [
     "DirectoryHandle",
@@ -432,13 +432,15 @@ async def open_runtime(
     shutdown_grace: float = 5.0,
     channel_size: int = 256,
     image_attachments: ImageAttachments | None = None,
-    trio_host: HostMode = DEFAULT_HOST,
+    trio_host: HostMode | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime from asyncio: ``async with llmrt.aio.open_runtime() as rt:``.
 
     The arguments are `llmrt.open_runtime`'s, plus ``trio_host``: where the
-    runtime's one trio run lives, ``"guest"`` (trio as a guest of this loop,
-    the default) or ``"thread"`` (a thread of its own); see docs/asyncio.md.
+    runtime's one trio run lives, ``"guest"`` (trio as a guest of this loop)
+    or ``"thread"`` (a thread of its own). Unset: a guest, unless the loop
+    already hosts one (another runtime or gateway client), then a thread;
+    see docs/asyncio.md.
     Leaving the block shuts the runtime down as in trio (in-flight calls end
     ``aborted``, then every adapter is closed) and returns once its trio run
     has returned. Raises `NotInAsyncioError` outside a running asyncio loop,
