@@ -18,6 +18,10 @@ Workloads:
   sent back to back; the client's CPU time (user + system, every thread of
   the process) over the deltas received, in us per chunk, after a warm-up
   stream;
+The contenders take turns ``passes`` times per workload (per chunk: the
+median of the passes; cancel: the passes' samples pooled), so a shared
+machine's drifting load falls on all of them alike.
+
 * ``cancel`` -- ``rounds`` x ``streams`` streams paced at 10 ms per event,
   started ``stagger`` s apart; each consumer cancels itself (trio: its cancel
   scope; asyncio: ``task.cancel()`` on its own task, as a timeout or a
@@ -52,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import environment, percentiles, sized, table, write_json
+from _common import environment, median, percentiles, sized, table, write_json
 
 CONTENDERS = ("trio", "aio-guest", "aio-thread", "openai")
 MODEL = "gpt-4.1-mini"
@@ -63,7 +67,8 @@ FULL = {
     "chunk_streams": 4,
     "chunks": 5_000,
     "cancel_streams": 20,
-    "cancel_rounds": 25,
+    "cancel_rounds": 24,
+    "passes": 3,
     "stagger": 0.001,
     "scale": [1_000, 5_000],
     "scale_chunks": 20,
@@ -75,6 +80,7 @@ QUICK = {
     "chunks": 1_000,
     "cancel_streams": 10,
     "cancel_rounds": 3,
+    "passes": 1,
     "stagger": 0.001,
     "scale": [100, 500],
     "scale_chunks": 10,
@@ -190,7 +196,7 @@ async def _asyncio_worker(contender: str, spec: dict[str, Any]) -> dict[str, Any
             for r in range(spec["rounds"]):
                 tasks = {}
                 for i in range(spec["streams"]):
-                    marker = f"bench-stream-{contender}-{r}-{i}"
+                    marker = f"bench-stream-{contender}-{spec['pass']}-{r}-{i}"
                     task = asyncio.create_task(consume(client, marker, 3 + i % 5, _asyncio_leave))
                     tasks[marker] = task
                     await asyncio.sleep(spec["stagger"])
@@ -246,7 +252,7 @@ async def _trio_worker(spec: dict[str, Any]) -> dict[str, Any]:
             for r in range(spec["rounds"]):
                 async with trio.open_nursery() as nursery:
                     for i in range(spec["streams"]):
-                        marker = f"bench-stream-trio-{r}-{i}"
+                        marker = f"bench-stream-trio-{spec['pass']}-{r}-{i}"
 
                         async def one(marker: str = marker, k: int = 3 + i % 5) -> None:
                             with trio.CancelScope() as scope:
@@ -342,28 +348,39 @@ def main() -> None:
     report: dict[str, Any] = {"environment": environment(), "sizes": sizes, "contenders": {}}
     figures: dict[str, dict[str, Any]] = {c: {} for c in CONTENDERS}
 
+    # The contenders take turns, ``passes`` times, so the drift of a shared
+    # machine's load falls on all of them alike.
+    passes = sizes["passes"]
     with UpstreamProcess(sizes["chunks"], 0.0, fast=True) as up:
+        runs: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        for _ in range(passes):
+            for contender in CONTENDERS:
+                spec = {"base_url": up.base_url, "workload": "per_chunk"}
+                got = _run_worker(contender, {**spec, "streams": sizes["chunk_streams"]})
+                runs[contender].append(got["cpu_s"] / max(1, got["chunks"]) * 1e6)
+                print(f"per_chunk {contender}: {runs[contender][-1]:.2f} us", flush=True)
         for contender in CONTENDERS:
-            spec = {"base_url": up.base_url, "workload": "per_chunk"}
-            got = _run_worker(contender, {**spec, "streams": sizes["chunk_streams"]})
-            figures[contender]["per_chunk_us"] = got["cpu_s"] / max(1, got["chunks"]) * 1e6
-            figures[contender]["per_chunk_raw"] = got
-            print(f"per_chunk {contender}: {figures[contender]['per_chunk_us']:.2f} us", flush=True)
+            figures[contender]["per_chunk_us"] = median(runs[contender])
+            figures[contender]["per_chunk_runs_us"] = runs[contender]
 
     with UpstreamProcess(200, 0.01) as up:
+        left: dict[str, dict[str, float]] = {c: {} for c in CONTENDERS}
+        for p in range(passes):
+            for contender in CONTENDERS:
+                spec = {
+                    "base_url": up.base_url,
+                    "workload": "cancel",
+                    "pass": p,
+                    "streams": sizes["cancel_streams"],
+                    "rounds": max(1, sizes["cancel_rounds"] // passes),
+                    "stagger": sizes["stagger"],
+                }
+                left[contender].update(_run_worker(contender, spec)["left"])
+                print(f"cancel {contender}: pass {p + 1} of {passes}", flush=True)
         for contender in CONTENDERS:
-            spec = {
-                "base_url": up.base_url,
-                "workload": "cancel",
-                "streams": sizes["cancel_streams"],
-                "rounds": sizes["cancel_rounds"],
-                "stagger": sizes["stagger"],
-            }
-            got = _run_worker(contender, spec)
-            figures[contender]["cancel_ms"] = cancel = _cancel_figures(up, got["left"])
-            print(
-                f"cancel {contender}: p50 {cancel['p50']:.3f} p99 {cancel['p99']:.3f}", flush=True
-            )
+            figures[contender]["cancel_ms"] = cancel = _cancel_figures(up, left[contender])
+            p50, p99 = cancel["p50"], cancel["p99"]
+            print(f"cancel {contender}: p50 {p50:.3f} p99 {p99:.3f}", flush=True)
 
     with UpstreamProcess(sizes["scale_chunks"], sizes["scale_delay"], fast=True) as up:
         for n in sizes["scale"]:

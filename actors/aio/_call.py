@@ -6,9 +6,11 @@ run that enters the trio call (`llmrt.Call`, a retried call, a gateway
 call), iterates it and appends each chunk to a deque the asyncio side pops.
 The chunks are the trio call's own objects, never copied.
 
-The crossings cost one loop callback per batch, not per chunk: the pump
-schedules a flush only when none is pending, and the consumer takes every
-chunk already in the deque without waiting. The deque is bounded
+The crossings cost one wake-up of the consumer per batch, not per chunk: in
+guest mode the pump (running inside a loop callback) resolves the parked
+consumer's future itself; in thread mode it schedules a flush on the loop
+only when none is pending. The consumer takes every chunk already in the
+deque without waiting. The deque is bounded
 (``channel_size`` of the runtime): a full one parks the pump, which stops
 reading its trio call, whose own bounded buffer then stops the adapter, so
 a slow asyncio consumer slows the upstream down as in trio.
@@ -252,7 +254,13 @@ class Call(Generic[T]):
 
     def _push(self, item: object) -> None:
         self._queue.append(item)
-        if not self._flush_pending:
+        if self._host.mode == "guest":
+            # trio runs inside a loop callback on the loop's thread: wake the
+            # consumer here, without a callback of its own per batch.
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        elif not self._flush_pending:
             self._flush_pending = True
             self._host.to_loop(self._flush)
 
