@@ -1,4 +1,4 @@
-"""Cancelling asyncio tasks mid-stream: every call ends aborted, every upstream closes, nothing leaks.
+"""Cancelling asyncio tasks mid-stream: each call ends aborted, its upstream closes, nothing leaks.
 
 1,000 asyncio tasks each stream a call from an upstream that sends a little
 and then holds the stream open; once each has seen text it is cancelled. The
@@ -81,7 +81,7 @@ async def test_a_thousand_cancelled_tasks_abort_their_calls_and_leave_nothing(
                 for _ in range(CALLS // WAVE):
                     streaming = asyncio.Semaphore(0)
 
-                    async def consume() -> None:
+                    async def consume(streaming: asyncio.Semaphore = streaming) -> None:
                         async with rt.stream(options) as call:
                             async for chunk in call:
                                 if type(chunk) is TextDelta:
