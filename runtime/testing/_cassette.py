@@ -202,7 +202,9 @@ class Cassette:
             self._slots.append(None)
             serve = functools.partial(self._forward, slot, scrub, asked, headers)
             return HostileScript("cassette-record", serve)
-        report = mismatch_report(asked, [e.request for e in self.exchanges], len(matching))
+        report = mismatch_report(
+            asked, [e.request for e in self.exchanges], len(matching), self._match_on
+        )
         self.mismatches.append(report)
         message = f"llmrt cassette: {report.splitlines()[0]} (see the test's cassette report)"
         return ErrorScript(

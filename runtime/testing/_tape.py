@@ -357,38 +357,53 @@ def request_matches(asked: Request, recorded: Request, match_on: Collection[str]
     return True
 
 
-def render_request(request: Request) -> list[str]:
-    """A request as the lines a mismatch diff compares: request line, headers, body."""
-    lines = [f"{request.method} {request.url}"]
-    lines.extend(f"{name}: {value}" for name, value in sorted(request.headers))
-    lines.append("")
-    lines.extend(_canonical_body(request).splitlines())
+def render_request(request: Request, match_on: Collection[str] = MATCH_FIELDS) -> list[str]:
+    """A request as the lines a mismatch diff compares: what `match_on` compares, nothing else."""
+    where = request.url if "host" in match_on else _path(request.url)
+    lines = [f"{request.method if 'method' in match_on else '*'} {where}"]
+    if "headers" in match_on:
+        lines.extend(f"{name}: {value}" for name, value in sorted(request.headers))
+    if "body" in match_on:
+        lines.append("")
+        lines.extend(_canonical_body(request).splitlines())
     return lines
 
 
-def nearest(asked: Request, candidates: Sequence[Request]) -> Request | None:
+def nearest(
+    asked: Request, candidates: Sequence[Request], match_on: Collection[str] = MATCH_ON
+) -> Request | None:
     """The candidate most like `asked` (same method and path first, then the closest text)."""
     if not candidates:
         return None
-    mine = render_request(asked)
+    mine = render_request(asked, match_on)
 
     def likeness(candidate: Request) -> tuple[bool, float]:
         same_place = candidate.method == asked.method and _path(candidate.url) == _path(asked.url)
-        ratio = difflib.SequenceMatcher(None, mine, render_request(candidate)).ratio()
+        ratio = difflib.SequenceMatcher(None, mine, render_request(candidate, match_on)).ratio()
         return same_place, ratio
 
     return max(candidates, key=likeness)
 
 
-def mismatch_report(asked: Request, recorded: Sequence[Request], played: int) -> str:
-    """Why `asked` found no exchange: a unified diff against the nearest recorded request."""
+def mismatch_report(
+    asked: Request,
+    recorded: Sequence[Request],
+    played: int,
+    match_on: Collection[str] = MATCH_ON,
+) -> str:
+    """Why `asked` found no exchange: a diff against the nearest recorded request, on `match_on`."""
     head = f"no recorded exchange matches {asked.method} {_path(asked.url)}"
     if played:
         head += f" ({played} matching exchange(s) were already played)"
-    near = nearest(asked, recorded)
+    near = nearest(asked, recorded, match_on)
     if near is None:
-        return head + "; the cassette records no exchange\n" + "\n".join(render_request(asked))
+        lines = render_request(asked, match_on)
+        return head + "; the cassette records no exchange:\n" + "\n".join(lines)
     diff = difflib.unified_diff(
-        render_request(near), render_request(asked), "recorded", "asked", lineterm=""
+        render_request(near, match_on),
+        render_request(asked, match_on),
+        "recorded",
+        "asked",
+        lineterm="",
     )
     return head + "; the nearest recorded one differs:\n" + "\n".join(diff)
