@@ -277,6 +277,7 @@ async def test_no_key_reaches_the_cassette_even_when_the_provider_echoes_it(
             recorded = await run_call("openai", tape.base_url, prompt=f"say {extra}")
     text = path.read_text()
     assert KEY not in text and extra not in text
+    assert extra not in repr(tape)
     assert KEY not in base64.b64decode(base64.b64encode(text.encode())).decode()
     (exchange,) = decode_cassette(path.read_bytes())
     assert dict(exchange.request.headers)["authorization"] == "Bearer [redacted]"

@@ -101,7 +101,7 @@ def _head_end(data: bytes, heads: int) -> int:
     return end
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Cassette:
     """An open cassette: where to point the adapter (`base_url`) and what happened.
 
@@ -133,6 +133,14 @@ class Cassette:
     _watched: set[int] = attrs.field(init=False, factory=set)
     _errors: list[CassetteError] = attrs.field(init=False, factory=list)
     _upstream: Upstream | None = attrs.field(init=False, default=None)
+
+    def __repr__(self) -> str:
+        # Never the secrets it holds, nor every exchange.
+        return (
+            f"Cassette(path={str(self.path)!r}, mode={self.mode!r}, "
+            f"exchanges={len(self.exchanges)}, recorded={len(self.recorded)}, "
+            f"played={self.played}, mismatches={len(self.mismatches)})"
+        )
 
     @property
     def base_url(self) -> str:
