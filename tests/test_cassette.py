@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trustme
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, StreamChunk
@@ -129,6 +131,9 @@ async def record(kind: str, script: Script, path: Path) -> Timed:
             seen = await run_call(kind, tape.base_url)
         assert tape.recorded, "the first run records"
         assert len(provider.requests) == len(tape.recorded)
+        # No connection to the provider outlives the cassette.
+        with trio.fail_after(5):
+            await provider.wait_all_closed()
     return seen
 
 
@@ -262,6 +267,70 @@ async def test_time_scale_zero_replays_at_once(
     assert [c for _, c in replayed] == [c for _, c in recorded]
     assert recorded[-1][0] >= 4 * TICK
     assert all(t == 0 for t, _ in replayed)
+
+
+async def test_time_scale_stretches_the_offsets(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "tape.jsonl"
+    recorded = await record("openai", script_for("openai", "stream"), path)
+    async with cassette(path, target=NOWHERE, mode="none", time_scale=0.5) as tape:
+        replayed = await run_call("openai", tape.base_url)
+    assert [(t / 2, c) for t, c in recorded] == replayed
+
+
+async def calls_on_one_client(base_url: str, n: int) -> list[Timed]:
+    """`n` calls through one adapter, one after another: its pool reuses the connection."""
+    options = GenerateOptions(provider="p", model="m", messages=(llmrt.user_message("hi"),))
+    results = []
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter_for("openai", base_url))
+        for _ in range(n):
+            with trio.fail_after(30):
+                start = trio.current_time()
+                async with rt.stream(options) as call:
+                    results.append([(_ns(trio.current_time() - start), c) async for c in call])
+    return results
+
+
+async def test_connection_reuse_reaches_the_provider_as_it_happened(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # stale-keep-alive answers a connection once, then closes it unanswered when it is reused.
+    path = tmp_path / "tape.jsonl"
+    async with open_upstream(hostile("stale-keep-alive"), script_paths=None) as provider:
+        async with cassette(path, target=provider.base_url) as tape:
+            recorded = await calls_on_one_client(tape.base_url, 2)
+        assert len(provider.connections) == 2
+    ends = [(e.connection, e.end.kind, len(e.reads)) for e in decode_cassette(path.read_bytes())]
+    # The reused connection met the provider's close, and the client sent again on a new one.
+    assert ends == [(0, "keep-alive", 1), (0, "close", 0), (1, "keep-alive", 1)]
+    async with cassette(path, target=NOWHERE, mode="none") as tape:
+        replayed = await calls_on_one_client(tape.base_url, 2)
+        assert len(tape.upstream.connections) == 2
+    assert replayed == recorded
+    assert [code_of(r) for r in replayed] == [None, None]
+
+
+async def test_an_https_target_is_recorded_over_tls(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    path = tmp_path / "tape.jsonl"
+    script = SSEScript(openai_events(["over", " tls"]))
+    async with open_upstream(script, script_paths=None, ssl_context=server) as provider:
+        assert provider.base_url.startswith("https://")
+        async with cassette(path, target=provider.base_url, ssl_context=client) as tape:
+            recorded = await run_call("openai", tape.base_url)
+    (exchange,) = decode_cassette(path.read_bytes())
+    assert exchange.request.url == provider.base_url + "/chat/completions"
+    assert exchange.reads[0].data.startswith(b"HTTP/1.1 200 OK\r\n")
+    async with cassette(path, target="https://provider.invalid", mode="none") as tape:
+        replayed = await run_call("openai", tape.base_url)
+    assert [c for _, c in replayed] == [c for _, c in recorded]
+    assert "".join(c.text for _, c in replayed if isinstance(c, llmrt.TextDelta)) == "over tls"
 
 
 # ---- secrets --------------------------------------------------------------------------------
