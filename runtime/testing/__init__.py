@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ._cassette import Cassette as Cassette
 from ._cassette import CassetteMismatch as CassetteMismatch
-from ._cassette import Mode as Mode
+from ._cassette import CassetteMode as CassetteMode
 from ._cassette import cassette as cassette
 from ._events import OPENAI_DONE as OPENAI_DONE
 from ._events import anthropic_events as anthropic_events
@@ -62,9 +62,9 @@ __all__ = [
     "Cassette",
     "CassetteError",
     "CassetteMismatch",
+    "CassetteMode",
     "End",
     "Exchange",
-    "Mode",
     "Read",
     "cassette",
     "decode_cassette",

@@ -60,12 +60,12 @@ from ._tape import (
     request_matches,
 )
 
-__all__ = ["Cassette", "CassetteMismatch", "Mode", "cassette"]
+__all__ = ["Cassette", "CassetteMismatch", "CassetteMode", "cassette"]
 
 #: ``once``: replay the file if it exists, else record every request;
 #: ``none``: replay only (the file must exist); ``new_episodes``: replay what
 #: matches, record the rest and add it; ``all``: record everything anew.
-Mode: TypeAlias = Literal["once", "none", "new_episodes", "all"]
+CassetteMode: TypeAlias = Literal["once", "none", "new_episodes", "all"]
 
 _RECEIVE_BYTES: Final = 64 * 1024
 #: The most response bytes one exchange may record.
@@ -112,7 +112,7 @@ class Cassette:
     """
 
     path: Path
-    mode: Mode
+    mode: CassetteMode
     target: str | None
     exchanges: list[Exchange]
     _record: bool
@@ -428,8 +428,8 @@ class Cassette:
 
 
 def _check(mode: str, match_on: Iterable[str], time_scale: float) -> tuple[str, ...]:
-    if mode not in get_args(Mode):
-        raise CassetteError("USAGE", f"mode must be one of {get_args(Mode)}, not {mode!r}")
+    if mode not in get_args(CassetteMode):
+        raise CassetteError("USAGE", f"mode must be one of {get_args(CassetteMode)}, not {mode!r}")
     fields = tuple(match_on)
     if unknown := set(fields) - MATCH_FIELDS:
         raise CassetteError(
@@ -445,7 +445,7 @@ async def cassette(
     path: str | os.PathLike[str],
     *,
     target: str | None = None,
-    mode: Mode = "once",
+    mode: CassetteMode = "once",
     secrets: Iterable[str | None] = (),
     secret_headers: Collection[str] = SECRET_HEADERS,
     secret_query: Collection[str] = SECRET_QUERY,
@@ -459,7 +459,7 @@ async def cassette(
 
     `target` is the provider's base URL the adapter would otherwise use
     (``https://api.openai.com/v1``): requests are recorded from it, and
-    `Cassette.base_url` keeps its path. `mode` is a `Mode`. `secrets` are
+    `Cassette.base_url` keeps its path. `mode` is a `CassetteMode`. `secrets` are
     values to remove besides those the requests carry under `secret_headers`
     and `secret_query`. Requests match recorded ones on `match_on` (a subset
     of ``method``, ``host``, ``path`` (with the query), ``body`` (JSON
