@@ -65,6 +65,8 @@ class CallRecorder:
     finish: Finish | None = None
     middleware_error: str | None = None
     ended: float = 0.0
+    #: The secrets the process held when the call ended (removed from the record).
+    held: Redactor | None = None
 
     def end(self, item: object) -> None:
         """The call's terminal item (a finish, or a middleware's exception): hand it over."""
@@ -74,6 +76,7 @@ class CallRecorder:
         else:
             exc = getattr(item, "exc", item)
             self.middleware_error = type(exc).__name__
+        self.held = self._log.held()
         self._log.submit(self)
 
     def record(self) -> CallRecord:
@@ -229,15 +232,17 @@ class CallLog:
         bound = self.max_record_bytes
         for item in batch:
             own = None
+            last = held
             if type(item) is CallRecorder:
                 own = item.redactor()
+                last = item.held or held
                 value: Any = item.record()
             else:
                 value = item
             text = _encoder.encode(value).decode()
             if own is not None:
                 text = own.redact(text)
-            line = held.redact(text).encode() + b"\n"
+            line = last.redact(text).encode() + b"\n"
             if len(line) > bound:
                 self.oversized += 1
                 continue
