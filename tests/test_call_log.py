@@ -38,6 +38,7 @@ from llmrt import (
     TextDelta,
     user_message,
 )
+from llmrt.actors._statistics import GatewayStatistics, RuntimeStatistics
 from llmrt.actors.call_log import (
     CallLogSettings,
     CallRecord,
@@ -51,7 +52,6 @@ from llmrt.actors.call_log import (
     request_digest,
 )
 from llmrt.actors.gateway._metrics import Figures, metric_families
-from llmrt.actors._statistics import GatewayStatistics, RuntimeStatistics
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.gemini import GeminiAdapter
@@ -144,7 +144,7 @@ def check_rebuilt(record: CallRecord, chunks: list[StreamChunk]) -> None:
     assert record.digest == request_digest(record.request)
 
 
-# ---- every adapter's transcripts, and the demo ---------------------------------------------------
+# ---- every adapter's transcripts, and the demo --------------------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(TRANSCRIPTS))
@@ -196,7 +196,7 @@ async def test_a_demo_call_is_rebuilt_from_the_log(tmp_path: pathlib.Path) -> No
     assert any(type(b).__name__ == "ToolCallBlock" for b in assemble(record).blocks())
 
 
-# ---- where the logged request differs from the caller's -----------------------------------------
+# ---- where the logged request differs from the caller's ----------------------------------------
 
 
 async def test_a_materialized_default_shows_in_the_logged_request(tmp_path: pathlib.Path) -> None:
@@ -251,7 +251,7 @@ async def test_the_replay_gate_shows_in_the_logged_request(tmp_path: pathlib.Pat
     assert options.messages[1].source == answer.source  # the caller's request is untouched
 
 
-# ---- attempts: retries, routing, middleware ------------------------------------------------------
+# ---- attempts: retries, routing, middleware -----------------------------------------------------
 
 
 async def test_a_retried_call_links_its_attempts(tmp_path: pathlib.Path) -> None:
@@ -326,7 +326,7 @@ async def test_under_middleware_the_log_keeps_the_adapters_own_chunks(
     assert [c.text for _, c in record.chunks if type(c) is TextDelta] == ["quiet"]
 
 
-# ---- never blocking: a stuck sink, a full disk ---------------------------------------------------
+# ---- never blocking: a stuck sink, a full disk --------------------------------------------------
 
 
 class StuckSink:
@@ -425,7 +425,7 @@ async def test_the_figures_reach_metrics(tmp_path: pathlib.Path) -> None:
     assert not any(f.name.startswith("llmrt_call_log") for f in metric_families(off))
 
 
-# ---- the files: rotation and the total cap --------------------------------------------------------
+# ---- the files: rotation and the total cap -------------------------------------------------------
 
 
 async def test_files_rotate_by_size_and_the_oldest_go_past_the_cap(tmp_path: pathlib.Path) -> None:
@@ -471,7 +471,7 @@ async def test_off_by_default() -> None:
     assert call.log_id is None and rt.statistics().call_log is None
 
 
-# ---- secrets (the secrets test set) ---------------------------------------------------------------
+# ---- secrets (the secrets test set) --------------------------------------------------------------
 
 
 def no_secret_in(directory: pathlib.Path) -> str:
@@ -494,7 +494,7 @@ async def test_no_echoed_key_in_any_record(echo: str, tmp_path: pathlib.Path) ->
     assert REDACTED_IN(no_secret_in(tmp_path))
 
 
-def REDACTED_IN(text: str) -> bool:  # noqa: N802
+def REDACTED_IN(text: str) -> bool:
     return llmrt.adapter.REDACTED in text
 
 
