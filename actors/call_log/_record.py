@@ -46,7 +46,7 @@ class _Record(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_fie
     at: float
 
 
-class CallRecord(_Record, frozen=True, tag="call"):
+class CallRecord(_Record, frozen=True, kw_only=True, tag="call"):
     """One request served by one adapter."""
 
     #: The route (provider name) the call was made to, and the registration serving it.
@@ -82,7 +82,7 @@ class RetryAttemptRecord(msgspec.Struct, frozen=True, kw_only=True, rename="came
     delay_ms: float | None = None
 
 
-class RetryRecord(_Record, frozen=True, tag="retry"):
+class RetryRecord(_Record, frozen=True, kw_only=True, tag="retry"):
     """A call run by ``stream_with_retry``."""
 
     provider: str
@@ -91,7 +91,7 @@ class RetryRecord(_Record, frozen=True, tag="retry"):
     finish: Finish | None = None
 
 
-class RoutedRecord(_Record, frozen=True, tag="routed"):
+class RoutedRecord(_Record, frozen=True, kw_only=True, tag="routed"):
     """A call to a routing group."""
 
     group: str

@@ -35,9 +35,8 @@ class CallLogSink(Protocol):
         ...
 
 
-def log_files(directory: str | os.PathLike[str]) -> list[Path]:
-    """The call log's files in ``directory``, oldest first."""
-    folder = Path(directory)
+def _own_files(folder: Path) -> list[Path]:
+    """One sink's files in ``folder``, oldest first."""
     if not folder.is_dir():
         return []
     found = []
@@ -46,6 +45,25 @@ def log_files(directory: str | os.PathLike[str]) -> list[Path]:
         if match is not None:
             found.append((int(match[1]), path))
     return [path for _, path in sorted(found)]
+
+
+def log_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The call log's files in ``directory`` and its folders (one per worker of ``llmrt
+    serve --workers``), oldest first: by when they were last written, then by name."""
+    folder = Path(directory)
+    files = _own_files(folder)
+    if folder.is_dir():
+        for sub in sorted(folder.iterdir()):
+            if sub.is_dir():
+                files += _own_files(sub)
+
+    def key(path: Path) -> tuple[float, str]:
+        try:
+            return (path.stat().st_mtime, str(path))
+        except OSError:
+            return (0.0, str(path))
+
+    return sorted(files, key=key)
 
 
 @attrs.define(eq=False)
@@ -96,7 +114,7 @@ class JsonLinesSink:
 
     def _start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        existing = log_files(self.directory)
+        existing = _own_files(self.directory)
         self._closed = [(path, path.stat().st_size) for path in existing]
         numbers = [int(_NAME.match(p.name)[1]) for p in existing]  # type: ignore[index]
         self._number = max(numbers, default=0) + 1
