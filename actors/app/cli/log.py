@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for sub in (show, tail):
         sub.add_argument("--dir", default=None, help="the call log's folder ([call_log] directory)")
+        # Also after the action (``llmrt log tail --config F``); absent, ``llmrt log``'s own.
+        sub.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file")
         sub.add_argument("--json", action="store_true", help="the records as JSON lines")
         sub.add_argument(
             "--color", choices=("auto", "always", "never"), default="auto", help="ANSI colour"
@@ -117,9 +119,8 @@ def print_record(record: LogRecord, output: Output, directory: Path) -> int:
         return _print_attempts(output, calls, list(record.attempts), record.finish)
     tried = []
     if record.routing is not None:
-        for attempt in record.routing.attempts:
-            how = attempt.code or "served"
-            tried.append(f"{attempt.route}/{attempt.model} {how}")
+        for routed in record.routing.attempts:
+            tried.append(f"{routed.route}/{routed.model} {routed.code or 'served'}")
     output.note(f"routed call {record.id}: group {record.group}: {', '.join(tried) or 'none'}")
     served = find_record(directory, record.calls[-1]) if record.calls else None
     if isinstance(served, CallRecord) and served.finish is not None:
