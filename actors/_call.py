@@ -560,13 +560,14 @@ class Call:
                         else:
                             source = opened
                             record = None if self._chained else self._record
-                            raw = None if record is None else record.chunks
+                            raw = None if record is None else record.raw
                             async for chunk in source:
                                 self._watch_last = clock.current_time()
                                 if self._cause is not None:
                                     break
-                                if raw is not None:
-                                    raw.append((self._watch_last, chunk))  # the call log
+                                if raw is not None:  # the call log: time, chunk
+                                    raw.append(self._watch_last)
+                                    raw.append(chunk)
                                 cls = type(chunk)
                                 if cls is Finish:
                                     finish = chunk  # type: ignore[assignment]
@@ -776,11 +777,12 @@ class Call:
         if isinstance(source, Finish):
             yield source
             return
-        raw = None if self._record is None else self._record.chunks
+        raw = None if self._record is None else self._record.raw
         try:
             async for chunk in source:
                 if raw is not None:  # the call log: the adapter's chunk, before any middleware
-                    raw.append((trio.current_time(), chunk))
+                    raw.append(trio.current_time())
+                    raw.append(chunk)
                 # The adapter's own finish is redacted before any middleware sees it.
                 yield self._scrub_finish(chunk) if type(chunk) is Finish else chunk
         except Exception as exc:

@@ -130,13 +130,13 @@ def the_call(directory: pathlib.Path, record_id: str) -> CallRecord:
 
 def check_rebuilt(record: CallRecord, chunks: list[StreamChunk]) -> None:
     """The record's chunks and finish are what the consumer received and assembled."""
-    raw = [chunk for _, chunk in record.chunks]
+    raw = list(record.chunks)
     if raw and type(raw[-1]) is Finish:
         raw.pop()  # the adapter's own finish; the consumer got the call's (the same, or corrected)
     assert raw == chunks[:-1]
     assert record.finish == chunks[-1]
-    offsets = [at for at, _ in record.chunks]
-    assert offsets == sorted(offsets) and offsets[0] >= 0
+    offsets = list(record.offsets)
+    assert len(offsets) == len(record.chunks) and offsets == sorted(offsets) and offsets[0] >= 0
     consumer, rebuilt = assembled(chunks), assemble(record)
     assert rebuilt.blocks() == consumer.blocks()
     assert rebuilt.usage == consumer.usage == record.usage
@@ -323,7 +323,7 @@ async def test_under_middleware_the_log_keeps_the_adapters_own_chunks(
             chunks, record_id = await stream(rt, request())
     record = the_call(tmp_path, record_id)
     assert [c.text for c in chunks if type(c) is TextDelta] == ["QUIET"]
-    assert [c.text for _, c in record.chunks if type(c) is TextDelta] == ["quiet"]
+    assert [c.text for c in record.chunks if type(c) is TextDelta] == ["quiet"]
 
 
 # ---- never blocking: a stuck sink, a full disk --------------------------------------------------

@@ -10,8 +10,11 @@ encoding on the call path.
 The writer task (in the runtime's nursery) takes the queue's records in
 batches; a worker thread turns them into JSON lines (offsets from the call's
 start, the digest, usage) and removes secrets from each line, the log's one
-redaction point (the serving adapter's `Redactor`, then the secrets the
-process holds); then the batch goes to the sink. A sink that raises (a full
+redaction point: the serving adapter's `Redactor`, then the secrets the
+process held when the call ended, remove their values (and JSON and URL
+forms) wherever they occur in the line, and the adapter's own failures among
+the raw chunks are redacted as the call path redacts a failure (values and
+credential-looking phrasings). Then the batch goes to the sink. A sink that raises (a full
 disk's ``ENOSPC``) loses that batch, counted as ``failed``; the calls go on.
 """
 
@@ -60,8 +63,9 @@ class CallRecorder:
     request: GenerateOptions
     registration: int
     adapter: Any
-    #: ``(trio time, chunk)`` per raw chunk, appended by the call path.
-    chunks: list[tuple[float, StreamChunk]] = attrs.field(factory=list)
+    #: Per raw chunk its trio time, then the chunk: one flat list, two appends per chunk
+    #: on the call path (no tuple, no object the collector must track).
+    raw: list[float | StreamChunk] = attrs.field(factory=list)
     finish: Finish | None = None
     middleware_error: str | None = None
     ended: float = 0.0
@@ -79,10 +83,19 @@ class CallRecorder:
         self.held = self._log.held()
         self._log.submit(self)
 
-    def record(self) -> CallRecord:
-        """The record as it is written (in the writer's thread)."""
+    def record(self, redactors: tuple[Redactor, ...] = ()) -> CallRecord:
+        """The record as it is written (in the writer's thread).
+
+        The adapter's own failures among the chunks go through ``redactors``
+        as the call path's failures do (values and phrasings): a finish is
+        where provider text quoting a credential usually lands.
+        """
         t0 = self.t0
-        chunks = tuple((round(t - t0, 6), chunk) for t, chunk in self.chunks)
+        raw = self.raw
+        chunks: list[Any] = raw[1::2]
+        if chunks and type(chunks[-1]) is Finish:
+            chunks[-1] = _scrubbed(chunks[-1], redactors)
+        offsets = [t - t0 for t in raw[0::2]]  # type: ignore[operator]
         adapter = self.adapter
         return CallRecord(
             id=self.id,
@@ -93,7 +106,8 @@ class CallRecorder:
             model=self.request.model,
             digest=request_digest(self.request),
             request=self.request,
-            chunks=chunks,
+            offsets=offsets,  # type: ignore[arg-type]  # a list encodes as the tuple does
+            chunks=chunks,  # type: ignore[arg-type]
             finish=self.finish,
             usage=usage_of(chunks),
             duration=round(max(0.0, self.ended - t0), 6),
@@ -108,6 +122,12 @@ class CallRecorder:
             log.warning("an adapter's redactor() failed; the call log redacts phrasings only")
             return None
         return made if isinstance(made, Redactor) else None
+
+
+def _scrubbed(finish: Finish, redactors: tuple[Redactor, ...]) -> Finish:
+    for redactor in redactors:
+        finish = redactor.finish(finish)
+    return finish
 
 
 _Queued = CallRecorder | RetryRecord | RoutedRecord
@@ -236,13 +256,13 @@ class CallLog:
             if type(item) is CallRecorder:
                 own = item.redactor()
                 last = item.held or held
-                value: Any = item.record()
+                value: Any = item.record((own, last) if own is not None else (last,))
             else:
                 value = item
             text = _encoder.encode(value).decode()
             if own is not None:
-                text = own.redact(text)
-            line = last.redact(text).encode() + b"\n"
+                text = own.redact_values(text)
+            line = last.redact_values(text).encode() + b"\n"
             if len(line) > bound:
                 self.oversized += 1
                 continue

@@ -46,7 +46,7 @@ def assemble(record: CallRecord) -> BlockAssembler:
     received (the same unless the call corrected it or redacted a failure).
     """
     assembler = BlockAssembler()
-    for _, chunk in record.chunks:
+    for chunk in record.chunks:
         if type(chunk) is not Finish:
             assembler.push(chunk)
     if record.finish is not None:

@@ -15,6 +15,7 @@ does not know. No I/O here.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import msgspec
 
@@ -59,8 +60,10 @@ class CallRecord(_Record, frozen=True, kw_only=True, tag="call"):
     digest: str
     #: The request as the adapter received it: defaults applied, images projected, replay gated.
     request: GenerateOptions
-    #: Every chunk the adapter yielded, as ``[offset, chunk]``: seconds since the call began.
-    chunks: tuple[tuple[float, StreamChunk], ...]
+    #: Every chunk the adapter yielded (its finish too, when it sent one), in order.
+    chunks: tuple[StreamChunk, ...]
+    #: Per chunk, seconds from the call's start to its arrival.
+    offsets: tuple[float, ...]
     #: The call's terminal finish, as the consumer received it (None: none was made).
     finish: Finish | None = None
     #: The last usage the adapter reported (its ``cost`` too, where it prices calls).
@@ -109,9 +112,9 @@ def request_digest(request: GenerateOptions) -> str:
     return "sha256:" + hashlib.sha256(encode(request)).hexdigest()
 
 
-def usage_of(chunks: tuple[tuple[float, StreamChunk], ...]) -> TokenUsage | None:
+def usage_of(chunks: Sequence[StreamChunk]) -> TokenUsage | None:
     """The last usage among ``chunks`` (the one a consumer's assembler keeps)."""
-    for _, chunk in reversed(chunks):
+    for chunk in reversed(chunks):
         if type(chunk) is UsageChunk:
             return chunk.usage
     return None

@@ -151,7 +151,7 @@ def _print_attempts(
             f"call {call.id}: {call.provider}/{call.model} via {call.adapter} "
             f"(registration {call.registration}), {_when(call.at)}, request {call.digest[:19]}"
         )
-        for at, chunk in call.chunks:
+        for at, chunk in zip(call.offsets, call.chunks, strict=False):
             if type(chunk) is Finish:
                 continue
             if first is None and type(chunk) in (TextDelta, ReasoningDelta):
