@@ -171,6 +171,11 @@ class Redactor:
         text = _PREFIXED.sub(_prefixed_key, text)
         return _FIXED.sub(REDACTED, text)
 
+    @property
+    def holds_values(self) -> bool:
+        """Whether this redactor removes any exact secret value (not only phrasings)."""
+        return self._exact is not None
+
     def redact_values(self, text: str) -> str:
         """``text`` without the secret values (and their forms); phrasings are left alone.
 

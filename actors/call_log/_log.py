@@ -21,6 +21,7 @@ disk's ``ENOSPC``) loses that batch, counted as ``failed``; the calls go on.
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import secrets
 import time
@@ -36,7 +37,7 @@ from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions
 
 from .._statistics import CallLogStatistics
-from ._record import CallRecord, RetryRecord, RoutedRecord, request_digest, usage_of
+from ._record import CallRecord, RetryRecord, RoutedRecord, usage_of
 from ._sink import CallLogSink
 
 __all__ = ["CallLog", "CallRecorder"]
@@ -90,6 +91,7 @@ class CallRecorder:
         as the call path's failures do (values and phrasings): a finish is
         where provider text quoting a credential usually lands.
         """
+        request = _encoder.encode(self.request)
         t0 = self.t0
         raw = self.raw
         chunks: list[Any] = raw[1::2]
@@ -104,8 +106,8 @@ class CallRecorder:
             registration=self.registration,
             adapter=type(adapter).__name__,
             model=self.request.model,
-            digest=request_digest(self.request),
-            request=self.request,
+            digest="sha256:" + hashlib.sha256(request).hexdigest(),
+            request=msgspec.Raw(request),  # type: ignore[arg-type]  # encoded once, hashed once
             offsets=offsets,  # type: ignore[arg-type]  # a list encodes as the tuple does
             chunks=chunks,  # type: ignore[arg-type]
             finish=self.finish,
@@ -227,8 +229,15 @@ class CallLog:
 
     async def _write(self, batch: list[_Queued]) -> None:
         held = self.held()
+        blocking = getattr(self.sink, "write_blocking", None)
         try:
-            lines = await trio.to_thread.run_sync(self._encode, batch, held)
+            if blocking is not None:
+                # One thread hop for both: a loaded machine makes each hop cost milliseconds.
+                lines, failure = await trio.to_thread.run_sync(
+                    self._encode_and_write, blocking, batch, held
+                )
+            else:
+                lines, failure = await trio.to_thread.run_sync(self._encode, batch, held), None
         except Exception:
             log.exception("encoding call log records failed")
             self.failed += len(batch)
@@ -236,7 +245,10 @@ class CallLog:
         if not lines:
             return
         try:
-            await self.sink.write(lines)
+            if failure is not None:
+                raise failure
+            if blocking is None:
+                await self.sink.write(lines)
         except Exception as exc:
             self.failed += len(lines)
             if not self._warned:  # once: a full disk would otherwise log per batch
@@ -246,23 +258,44 @@ class CallLog:
         self.written += len(lines)
         self.bytes_written += sum(len(line) for line in lines)
 
+    def _encode_and_write(
+        self, write: Callable[[list[bytes]], None], batch: list[_Queued], held: Redactor
+    ) -> tuple[list[bytes], Exception | None]:
+        """`_encode`, then the sink's blocking write, in the same worker thread."""
+        lines = self._encode(batch, held)
+        if not lines:
+            return lines, None
+        try:
+            write(lines)
+        except Exception as exc:
+            return lines, exc
+        return lines, None
+
     def _encode(self, batch: list[_Queued], held: Redactor) -> list[bytes]:
         """The batch as redacted JSON lines (in a worker thread)."""
         lines = []
         bound = self.max_record_bytes
+        #: Each adapter's redactor, asked once per batch (an HTTP adapter builds one per ask).
+        owns: dict[int, Redactor | None] = {}
         for item in batch:
             own = None
             last = held
             if type(item) is CallRecorder:
-                own = item.redactor()
+                key = id(item.adapter)
+                if key not in owns:
+                    owns[key] = item.redactor()
+                own = owns[key]
                 last = item.held or held
                 value: Any = item.record((own, last) if own is not None else (last,))
             else:
                 value = item
-            text = _encoder.encode(value).decode()
-            if own is not None:
-                text = own.redact_values(text)
-            line = last.redact_values(text).encode() + b"\n"
+            encoded = _encoder.encode(value)
+            if (own is not None and own.holds_values) or last.holds_values:
+                text = encoded.decode()
+                if own is not None:
+                    text = own.redact_values(text)
+                encoded = last.redact_values(text).encode()
+            line = encoded + b"\n"
             if len(line) > bound:
                 self.oversized += 1
                 continue

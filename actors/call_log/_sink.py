@@ -35,6 +35,11 @@ class CallLogSink(Protocol):
         ...
 
 
+#: A sink may also offer ``write_blocking(lines)``: the same as ``write``, blocking,
+#: safe to call from a worker thread. The log then encodes and writes a batch in one
+#: thread hop (`JsonLinesSink` does).
+
+
 def _own_files(folder: Path) -> list[Path]:
     """One sink's files in ``folder``, oldest first."""
     if not folder.is_dir():
@@ -88,6 +93,10 @@ class JsonLinesSink:
 
     async def write(self, lines: Sequence[bytes]) -> None:
         await trio.to_thread.run_sync(self._write, lines)
+
+    def write_blocking(self, lines: Sequence[bytes]) -> None:
+        """`write` from a worker thread (the log's writer calls this one)."""
+        self._write(lines)
 
     async def aclose(self) -> None:
         await trio.to_thread.run_sync(self._close)
