@@ -528,3 +528,22 @@ async def test_a_secret_held_later_is_removed_too(
                 await stream(rt, request())
     no_secret_in(tmp_path)
     assert TOKEN not in caplog.text
+
+
+async def test_a_key_no_one_holds_is_removed_from_the_adapters_failure(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Not a value any redactor holds: only the phrasing gives it away, as on the call path.
+    stranger = "sk-proj-Unkn0wnKey9a8b7c6d5e4f3g2h1"
+    events = [sse_data({"error": {"message": f"x-api-key: {stranger} is not valid"}})]
+    with trio.fail_after(30):
+        async with open_upstream(SSEScript(events=events)) as up:
+            async with llmrt.open_runtime(call_log=tmp_path) as rt:
+                await rt.register_adapter(["openai"], make_adapter("openai", up.base_url))
+                chunks, record_id = await stream(rt, request("openai"))
+    record = the_call(tmp_path, record_id)
+    text = "".join(path.read_text() for path in log_files(tmp_path))
+    assert stranger not in text and stranger[:10] not in text
+    assert record.finish == chunks[-1]
+    raw = record.chunks[-1]
+    assert type(raw) is Finish and REDACTED_IN(llmrt.encode(raw).decode())
