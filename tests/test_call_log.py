@@ -547,3 +547,19 @@ async def test_a_key_no_one_holds_is_removed_from_the_adapters_failure(
     assert record.finish == chunks[-1]
     raw = record.chunks[-1]
     assert type(raw) is Finish and REDACTED_IN(llmrt.encode(raw).decode())
+
+
+def test_workers_sum_the_call_log_figures() -> None:
+    from llmrt.actors._statistics import CallLogStatistics
+    from llmrt.actors.app.workers._sum import merge_values, retired
+
+    one = RuntimeStatistics(call_log=CallLogStatistics(recorded=5, written=3, dropped=2, queued=1))
+    two = RuntimeStatistics(call_log=CallLogStatistics(recorded=4, failed=4, bytes_written=10))
+    off = RuntimeStatistics()
+    summed = merge_values([one, two, off]).call_log
+    assert summed == CallLogStatistics(
+        recorded=9, written=3, dropped=2, failed=4, queued=1, bytes_written=10
+    )
+    assert merge_values([off, off]).call_log is None
+    gone = retired(one).call_log
+    assert gone is not None and gone.queued == 0 and gone.written == 3
