@@ -71,6 +71,11 @@ TRANSCRIPTS: dict[str, tuple[pathlib.Path, str]] = {
         name: (WIRE / "written" / name, case["provider"])
         for name, case in json.loads((WIRE / "written" / "expected.json").read_text()).items()
     },
+    # The shapes real providers send, each through its preset (groq, openrouter, vllm, ...).
+    **{
+        f"shapes/{name}": (WIRE / "shapes" / name, case["provider"])
+        for name, case in json.loads((WIRE / "shapes" / "expected.json").read_text()).items()
+    },
 }
 
 
@@ -82,8 +87,8 @@ def make_adapter(kind: str, base_url: str) -> llmrt.Adapter:
         return GeminiAdapter(**key)
     if kind == "responses":
         return OpenAIResponsesAdapter(**key)
-    preset = "deepseek-official" if kind == "deepseek" else "openai-compatible"
-    return OpenAIChatAdapter(preset=preset, **key)
+    presets = {"deepseek": "deepseek-official", "openai": "openai-compatible"}
+    return OpenAIChatAdapter(preset=presets.get(kind, kind), **key)
 
 
 def spied(adapter: llmrt.Adapter) -> list[GenerateOptions]:
