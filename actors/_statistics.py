@@ -45,6 +45,7 @@ import msgspec
 __all__ = [
     "ABORT_BUCKETS",
     "LATENCY_BUCKETS",
+    "CallLogStatistics",
     "ConnectionPool",
     "DeploymentStatistics",
     "FinishedCount",
@@ -285,6 +286,26 @@ def _find(
     return None
 
 
+class CallLogStatistics(_Value, frozen=True):
+    """The `RuntimeStatistics.call_log` section: what the call log kept and what it dropped.
+
+    ``recorded`` counts the records the calls handed over; each of them is
+    ``written``, ``dropped`` (the queue between the calls and the writer was
+    full: a slow or stuck sink), ``failed`` (the sink raised, a full disk's
+    ``ENOSPC`` among them) or ``oversized`` (past the record byte bound), or
+    still ``queued``. Sums over workers like every counter; ``queued`` is a gauge.
+    """
+
+    recorded: int = 0
+    written: int = 0
+    dropped: int = 0
+    failed: int = 0
+    oversized: int = 0
+    queued: int = 0
+    #: Bytes of JSON Lines the sink accepted.
+    bytes_written: int = 0
+
+
 class RuntimeStatistics(_Value, frozen=True):
     """A snapshot of `LlmRuntime.statistics()`: immutable, and the ``stats`` frame's value.
 
@@ -328,6 +349,8 @@ class RuntimeStatistics(_Value, frozen=True):
     gateway: GatewayStatistics | None = None
     #: Routing groups and their deployments (None: no group is registered).
     routing: RoutingStatistics | None = None
+    #: None: no call log (``open_runtime(call_log=...)``, ``llmrt serve --call-log``).
+    call_log: CallLogStatistics | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "calls_finished", "failures_by_code", "retries_by_code", "attempts_per_call")

@@ -241,6 +241,18 @@ SUITES: tuple[Suite, ...] = (
         "gzip_bomb.json",
         aliases=("gzip",),
     ),
+    Suite(
+        "call_log",
+        "bench_call_log.py",
+        "what the call log costs per chunk and per call at 1,000 streams, beside it off",
+        (),
+        ("--quick",),
+        "call-log.json",
+        "call-log-quick.json",
+        quick_sizes={"streams": 200, "chunks": 50, "runs": 1},
+        aliases=("calllog",),
+        check=lambda report: list(report.get("broken", [])),
+    ),
 )
 
 BY_NAME: dict[str, Suite] = {s.name: s for s in SUITES} | {

@@ -27,7 +27,7 @@ from . import config as configuration
 from ._collector import tune_for_serving
 from ._setup import configured_runtime
 from .cli import parse_args
-from .cli._serving import serve_middleware, serve_options, stop_gateway
+from .cli._serving import call_log_settings, serve_middleware, serve_options, stop_gateway
 from .workers import READY_LINE, SharedFigures, WorkerSpec
 
 __all__ = ["run_worker", "worker_main"]
@@ -63,7 +63,11 @@ async def run_worker(spec: WorkerSpec, environ: dict[str, str]) -> int:
     config = configuration.load_config(args.config, environ=environ)
     shared = SharedFigures(Path(spec.figures_dir), spec.slot)
     stop = trio.Event()
-    async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
+    call_log = call_log_settings(args, config, worker=spec.slot)
+    async with (
+        configured_runtime(config, call_log=call_log) as rt,
+        trio.open_nursery() as nursery,
+    ):
         for middleware in serve_middleware(args):
             rt.use(middleware)
         await nursery.start(_watch_signals, stop)

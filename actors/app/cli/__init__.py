@@ -80,6 +80,12 @@ COMMANDS: tuple[Command, ...] = (
         "code, latency and rpm/tpm used (a gateway's with --via).",
         "routes",
     ),
+    Command(
+        "log",
+        "Print logged calls as llmrt call prints them: one by id (show), or the last ones "
+        "and new ones as they come (tail [-f]); see llmrt serve --call-log.",
+        "log",
+    ),
 )
 
 

@@ -23,7 +23,7 @@ import llmrt
 
 from ._command import CommandError, Streams, sole_cause
 from ._options import DEFAULT_TOKEN_ENV, token_env_option
-from ._serving import serve_middleware, serve_options, stop_gateway
+from ._serving import call_log_settings, serve_middleware, serve_options, stop_gateway
 
 if TYPE_CHECKING:
     from ...gateway import GatewayServer
@@ -122,6 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="trace every call with OpenTelemetry (needs llmrt[otel]; spans and metrics go "
         "to the globally configured providers, e.g. under opentelemetry-instrument)",
+    )
+    parser.add_argument(
+        "--call-log",
+        metavar="DIR",
+        default=None,
+        help="record every call in JSON Lines files in DIR (overrides [call_log]'s "
+        "directory; read them with llmrt log show / tail)",
     )
 
 
@@ -274,7 +281,11 @@ async def serve(
     # SIGINT is a shutdown, never trio's KeyboardInterrupt. Opened first, it also
     # keeps a signal that arrives during start-up until the loop below reads it.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
+        call_log = call_log_settings(args, config)
+        async with (
+            configured_runtime(config, call_log=call_log) as rt,
+            trio.open_nursery() as nursery,
+        ):
             for middleware in tracing:
                 rt.use(middleware)
             start = functools.partial(serve_gateway, rt, args.host, args.port, **options)

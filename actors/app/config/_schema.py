@@ -19,6 +19,7 @@ import msgspec
 
 from llmrt.adapters.plugin import AdapterConfig, Path
 
+from ...call_log._settings import CallLogSettings
 from ...routing import Group, RoutingSettings
 
 __all__ = [
@@ -105,6 +106,8 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             # Routing groups (``[[group]]`` with ``[[group.deployment]]``) and ``[routing]``.
             ("group", tuple[Group, ...], ()),
             ("routing", RoutingSettings, msgspec.field(default_factory=RoutingSettings)),
+            # ``[call_log]``: None when absent (the call log is off).
+            ("call_log", CallLogSettings | None, None),
         ],
         bases=(_Table,),
         frozen=True,

@@ -14,6 +14,7 @@ import attrs
 from llmrt import ResolvedRetryPolicy
 from llmrt.adapters.plugin import AdapterConfig, ModelSpec
 
+from ...call_log._settings import CallLogSettings
 from ...routing import Group, RoutingSettings
 from ..plugins import Plugins, installed
 from ._schema import GatewayTable
@@ -167,6 +168,8 @@ class Config:
     #: Routing groups (``[[group]]``), registered after the routes, and ``[routing]``.
     groups: tuple[Group, ...] = ()
     routing: RoutingSettings = attrs.field(factory=RoutingSettings)
+    #: ``[call_log]`` (None: off unless ``llmrt serve --call-log DIR``).
+    call_log: CallLogSettings | None = None
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""

@@ -110,6 +110,7 @@ def validate_config(
     namespaces = builtin_namespaces(plugins)
     groups: tuple[Group, ...] = ()
     routing = RoutingSettings()
+    call_log = None
     table = None
     if text is not None:
         table = _parse(text, ctx)
@@ -123,6 +124,9 @@ def validate_config(
     if table is not None:
         names = {name for spec in routes for name in spec.providers}
         groups, routing = check_routing(ctx.error, table.group, table.routing, names)
+        call_log = table.call_log
+        if call_log is not None and not call_log.directory:
+            raise ctx.error(("call_log",), "[call_log] needs a directory")
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and environ.get(spec.api_key_env)
     )
@@ -135,6 +139,7 @@ def validate_config(
         plugins=plugins,
         groups=groups,
         routing=routing,
+        call_log=call_log,
     )
 
 

@@ -23,6 +23,7 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..._statistics import (
+    CallLogStatistics,
     ConnectionPool,
     FinishedCount,
     GatewayStatistics,
@@ -65,6 +66,7 @@ SUMMED_FIELDS = frozenset(
         "connection_pools",
         "gateway",
         "routing",
+        "call_log",
     }
 )
 
@@ -195,7 +197,16 @@ def merge_values(values: Sequence[RuntimeStatistics]) -> RuntimeStatistics:
         ),
         gateway=_gateway_sum(gateways),
         routing=merge_routing([v.routing for v in values]),
+        call_log=_call_log_sum([v.call_log for v in values if v.call_log is not None]),
     )
+
+
+def _call_log_sum(values: Sequence[CallLogStatistics]) -> CallLogStatistics | None:
+    """Every field is a count (``queued`` a gauge, summed as one): field by field."""
+    if not values:
+        return None
+    fields = msgspec.structs.fields(CallLogStatistics)
+    return CallLogStatistics(**{f.name: sum(getattr(v, f.name) for v in values) for f in fields})
 
 
 def retired(value: RuntimeStatistics) -> RuntimeStatistics:
@@ -211,6 +222,9 @@ def retired(value: RuntimeStatistics) -> RuntimeStatistics:
         connection_pools=(),
         gateway=gateway,
         routing=retired_routing(value.routing),
+        call_log=(
+            None if value.call_log is None else msgspec.structs.replace(value.call_log, queued=0)
+        ),
     )
 
 
