@@ -72,6 +72,7 @@ from ._prepare import (
     resolve_config,
     validated_model_info,
 )
+from ._pricing import Pricer
 from ._registration import Registration
 from ._secrets import HeldSecrets
 from ._stats import CallSeries
@@ -169,6 +170,8 @@ class CallHost(Protocol):
     stopper: Stopper
     #: Secrets the process holds beyond the adapters' keys, removed from every failure.
     secrets: HeldSecrets
+    #: Prices each ``usage`` chunk (`_pricing.Pricer.priced`).
+    pricer: Pricer
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -556,7 +559,9 @@ class Call:
                                     break
                                 if cls in _CONTENT:
                                     saw_block = True
-                                elif cls is not UsageChunk:
+                                elif cls is UsageChunk:
+                                    chunk = core.pricer.priced(core, series, self.options, chunk)
+                                else:
                                     finish = _not_a_chunk(cls)
                                     break
                                 if not forwarded:
