@@ -27,15 +27,16 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Any, Final, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol
 
 import msgspec
 
 from llmrt._chunks import StreamChunk, TokenUsage, UsageChunk
 from llmrt._request import GenerateOptions
 
-from ._stats import CallSeries
-from ._topology import Route
+if TYPE_CHECKING:  # validating llmrt.toml imports this module: no trio behind it
+    from ._stats import CallSeries
+    from ._topology import Route
 
 __all__ = ["ModelPrice", "PriceTable", "Pricer", "library_version"]
 

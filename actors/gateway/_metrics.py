@@ -195,11 +195,11 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
         "Calls that reported usage for a model with no known price, by provider and model.",
         labels=["provider", "model"],
     )
-    for entry in stats.costs:  # a pair's series once it has something to count
-        if entry.priced_calls:
-            cost.add_metric([entry.provider, entry.model], entry.cost_usd)
-        if entry.unpriced_calls:
-            unpriced.add_metric([entry.provider, entry.model], entry.unpriced_calls)
+    for spent in stats.costs:  # a pair's series once it has something to count
+        if spent.priced_calls:
+            cost.add_metric([spent.provider, spent.model], spent.cost_usd)
+        if spent.unpriced_calls:
+            unpriced.add_metric([spent.provider, spent.model], spent.unpriced_calls)
     yield cost
     yield unpriced
 

@@ -288,13 +288,17 @@ async def _call(
     stopped = time.perf_counter()
     output.close()
     summary = []
-    usage = output.assembler.usage if isinstance(output, HumanOutput) else None
-    if usage is not None:
+    assembler = output.assembler if isinstance(output, HumanOutput) else None
+    usage = assembler.usage if assembler is not None else None
+    if assembler is not None and usage is not None:
         summary.append(f"usage: input {usage.input_tokens}, output {usage.output_tokens}")
         if usage.cache_read_tokens:
             summary.append(f"cache read {usage.cache_read_tokens}")
         if usage.reasoning_tokens:
             summary.append(f"reasoning {usage.reasoning_tokens}")
+        cost = assembler.cost
+        if cost is not None:
+            summary.append(f"${cost:.6f}")
     if first is not None:
         summary.append(f"first token {1000 * (first - started):.1f} ms")
     summary.append(f"total {1000 * (stopped - started):.1f} ms")
