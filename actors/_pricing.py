@@ -65,20 +65,21 @@ class ModelPrice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def cost(self, usage: TokenUsage) -> float:
         """The price of ``usage`` at these rates, in US dollars."""
-        total = Decimal(usage.input_tokens) * _dec(self.input_mtok)
-        for tokens, rate in (
-            (usage.cache_read_tokens, self.cache_read_mtok),
-            (usage.cache_write_tokens, self.cache_write_mtok),
-        ):
-            if tokens:
-                total += Decimal(tokens) * _dec(self.input_mtok if rate is None else rate)
-        output = usage.output_tokens
-        reasoning = min(usage.reasoning_tokens or 0, output)
-        if reasoning and self.reasoning_mtok is not None:
-            total += Decimal(reasoning) * _dec(self.reasoning_mtok)
-            output -= reasoning
-        total += Decimal(output) * _dec(self.output_mtok)
-        return float(total / _MILLION)
+        return float(_direct_cost(self.plan(), usage))
+
+    def plan(self) -> tuple[Decimal | None, ...]:
+        """The rates as `_direct_cost` takes them (an unset rate: the broader count's)."""
+        return tuple(
+            None if rate is None else _dec(rate)
+            for rate in (
+                self.input_mtok,
+                self.output_mtok,
+                self.cache_read_mtok,
+                self.cache_write_mtok,
+                self.reasoning_mtok,
+                None,
+            )
+        )
 
 
 def _dec(rate: float) -> Decimal:
@@ -115,6 +116,15 @@ class _Routes(Protocol):
 
 class _Unknown:
     """A cached miss: no source knows the model."""
+
+
+class _Own:
+    """A cached hit in the price table: its rates, ready for `_direct_cost`."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, price: ModelPrice) -> None:
+        self.plan = price.plan()
 
 
 _UNKNOWN: Final = _Unknown()
@@ -186,8 +196,8 @@ class Pricer:
             self._cache[key] = found
         if found is _UNKNOWN:
             return None
-        if type(found) is ModelPrice:
-            return found.cost(usage)
+        if type(found) is _Own:
+            return float(_direct_cost(found.plan, usage))
         try:
             return _library_cost(found, usage, self._now())
         except Exception as exc:  # the library refused this usage: no price, said once
@@ -198,7 +208,7 @@ class Pricer:
     def _lookup(self, route: str, model: str, price_provider: str | None) -> Any:
         own = self._table.get((route, model))
         if own is not None:
-            return own
+            return _Own(own)
         snapshot = self._library() if price_provider is not None else None
         if snapshot is None:
             return _UNKNOWN
@@ -236,10 +246,117 @@ def _utc_now() -> datetime:
 
 
 def _library_cost(found: tuple[Any, Any], usage: TokenUsage, when: datetime) -> float:
-    """genai-prices' price of ``usage`` (its input counts cached input inside)."""
+    """genai-prices' price of ``usage`` (its input counts cached input inside).
+
+    The model's prices at ``when`` are the library's (dates, hours of the
+    day); the arithmetic is `_direct_cost` where the prices are of the kinds
+    it covers, else the library's own (``tests/test_prices.py`` checks the
+    two agree on every model of the pinned data).
+    """
+    provider, model = found
+    prices = model.get_prices(when)
+    kept = _PLANS.get(id(prices))
+    if kept is None or kept[0] is not prices:
+        if len(_PLANS) >= _CACHE_BOUND:
+            _PLANS.clear()
+        kept = _PLANS[id(prices)] = (prices, _plan_of(prices))
+    plan = kept[1]
+    if plan is not None:
+        return float(_direct_cost(plan, usage))
+    return _calculated_cost(provider, model, usage, when)
+
+
+#: The price keys `_direct_cost` covers: llmrt's five token counts, the fee per
+#: request, and the keys of usage llmrt never reports (tool calls, the cache
+#: writes by time to live): their counts are 0, so they add nothing and take
+#: nothing from the counts they are part of.
+_DIRECT_KEYS: Final = frozenset(
+    {
+        "input_mtok",
+        "output_mtok",
+        "cache_read_mtok",
+        "cache_write_mtok",
+        "output_reasoning_mtok",
+        "requests_kcount",
+        "cache_write_5m_mtok",
+        "cache_write_1h_mtok",
+        "web_searches_kcount",
+        "social_searches_kcount",
+        "storage_searches_kcount",
+        "code_executions_kcount",
+    }
+)
+#: Plans by the identity of the genai-prices ``ModelPrice`` they were made from (kept with it).
+_PLANS: dict[int, tuple[Any, tuple[Any, ...] | None]] = {}
+_THOUSAND: Final = Decimal(1000)
+
+
+def _plan_of(prices: Any) -> tuple[Any, ...] | None:
+    """(input, output, cache read, cache write, reasoning, per request) rates; None: not covered."""
+    given = {key for key, value in vars(prices).items() if value is not None}
+    if not given <= _DIRECT_KEYS:
+        return None
+    return tuple(
+        vars(prices).get(key)
+        for key in (
+            "input_mtok",
+            "output_mtok",
+            "cache_read_mtok",
+            "cache_write_mtok",
+            "output_reasoning_mtok",
+            "requests_kcount",
+        )
+    )
+
+
+def _rate(price: Any, total_input: int) -> Decimal:
+    """A rate, the tier the call's whole input (cached included) reaches where it is tiered."""
+    if type(price) is Decimal:
+        return price
+    applicable: Decimal = price.base
+    for tier in reversed(price.tiers):
+        if total_input > tier.start:
+            return tier.price  # type: ignore[no-any-return]
+    return applicable
+
+
+def _direct_cost(plan: tuple[Any, ...], usage: TokenUsage) -> Decimal:
+    """genai-prices' arithmetic for llmrt's counts: each priced count is the tokens of
+    its kind not counted by a more specific priced kind (cache reads and writes
+    out of input, reasoning out of output), at its rate, per million."""
+    input_rate, output_rate, read_rate, write_rate, reasoning_rate, request_rate = plan
+    read = usage.cache_read_tokens or 0
+    write = usage.cache_write_tokens or 0
+    total_input = usage.input_tokens + read + write
+    reasoning = min(usage.reasoning_tokens or 0, usage.output_tokens)
+    leaf_input = total_input
+    leaf_output = usage.output_tokens
+    total = Decimal(0)
+    if read_rate is not None:
+        leaf_input -= read
+        total += _rate(read_rate, total_input) * read
+    if write_rate is not None:
+        leaf_input -= write
+        total += _rate(write_rate, total_input) * write
+    if reasoning_rate is not None:
+        leaf_output -= reasoning
+        total += _rate(reasoning_rate, total_input) * reasoning
+    if input_rate is not None:
+        total += _rate(input_rate, total_input) * leaf_input
+    if output_rate is not None:
+        total += _rate(output_rate, total_input) * leaf_output
+    # Products of integers and decimals are exact, and so is moving the point:
+    # one division gives what the library's division per count gives.
+    total /= _MILLION
+    if request_rate is not None:
+        total += _rate(request_rate, total_input) / _THOUSAND
+    return total
+
+
+def _calculated_cost(provider: Any, model: Any, usage: TokenUsage, when: datetime) -> float:
+    """The library's own calculation (every kind of price it knows; about 180 us)."""
     from genai_prices import Usage
 
-    provider, model = found
     cache_read = usage.cache_read_tokens or 0
     cache_write = usage.cache_write_tokens or 0
     values: dict[str, int] = {

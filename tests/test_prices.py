@@ -122,6 +122,54 @@ def test_a_table_of_calls_priced_to_the_micro_dollar(
         assert cost == pytest.approx(expected, rel=1e-12)
 
 
+def test_the_direct_arithmetic_agrees_with_the_library_on_every_model() -> None:
+    # Pricing a call takes the library's prices at the call's time and its own
+    # arithmetic where the prices are of the kinds it covers (about 180 us less
+    # per call); on every model of the pinned data, at two dates, it prices
+    # exactly as the library's calculation does.
+    from genai_prices.data_snapshot import get_snapshot
+
+    from llmrt.actors._pricing import _calculated_cost, _direct_cost, _plan_of
+
+    spent = (
+        usage(1000, 500),
+        usage(800, 500, read=200, write=300, reasoning=100),
+        usage(150_000, 1000, read=60_000, write=10),  # past the 200k tiers
+    )
+    covered = compared = 0
+    for provider in get_snapshot().providers:
+        for model in provider.models:
+            for when in (datetime(2024, 3, 1, 12, tzinfo=UTC), NOON):
+                plan = _plan_of(model.get_prices(when))
+                compared += 1
+                if plan is None:
+                    continue
+                covered += 1
+                for tokens in spent:
+                    direct = float(_direct_cost(plan, tokens))
+                    assert direct == _calculated_cost(provider, model, tokens, when), (
+                        provider.id,
+                        model.id,
+                        tokens,
+                    )
+    assert compared > 4000 and covered / compared > 0.9
+
+
+def test_pricing_never_fetches_prices(monkeypatch: pytest.MonkeyPatch) -> None:
+    # genai-prices fetches only through its UpdatePrices (httpx2.get): made to
+    # fail here, pricing still works, from the data bundled with the package.
+    import httpx2
+    from genai_prices import data_snapshot
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a price fetch")
+
+    monkeypatch.setattr(httpx2, "get", refuse)
+    pricer = Pricer(now=lambda: NOON)
+    assert pricer.price("openai", "gpt-4.1", usage(1000, 0), "openai") == pytest.approx(0.002)
+    assert data_snapshot.get_snapshot().from_auto_update is False
+
+
 def test_without_the_library_only_the_table_prices() -> None:
     pricer = Pricer(TABLE, library=False)
     assert not pricer.library
