@@ -45,7 +45,6 @@ log = logging.getLogger("llmrt.actors")
 _Rate = Annotated[float, msgspec.Meta(ge=0)]
 #: Lookups kept per pricer; past it the cache starts again (callers choose model names).
 _CACHE_BOUND: Final = 4096
-_MILLION: Final = Decimal(1_000_000)
 
 
 class ModelPrice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -65,12 +64,16 @@ class ModelPrice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def cost(self, usage: TokenUsage) -> float:
         """The price of ``usage`` at these rates, in US dollars."""
-        return float(_direct_cost(self.plan(), usage))
+        return _direct_cost(self.plan(), usage)
 
-    def plan(self) -> tuple[Decimal | None, ...]:
-        """The rates as `_direct_cost` takes them (an unset rate: the broader count's)."""
+    def plan(self) -> tuple[int | None, ...]:
+        """The rates as `_direct_cost` takes them (an unset rate: the broader count's).
+
+        Rates with more than 12 decimals are rounded to 12 (a millionth of a
+        millionth of a dollar per million tokens).
+        """
         return tuple(
-            None if rate is None else _dec(rate)
+            None if rate is None else round(_dec(rate).scaleb(_TOKEN_EXP))
             for rate in (
                 self.input_mtok,
                 self.output_mtok,
@@ -129,6 +132,7 @@ class _Own:
 
 _UNKNOWN: Final = _Unknown()
 _NOT_LOADED: Final = _Unknown()
+_NOT_EXACT: Final = _Unknown()
 
 
 class Pricer:
@@ -197,7 +201,7 @@ class Pricer:
         if found is _UNKNOWN:
             return None
         if type(found) is _Own:
-            return float(_direct_cost(found.plan, usage))
+            return _direct_cost(found.plan, usage)
         try:
             return _library_cost(found, usage, self._now())
         except Exception as exc:  # the library refused this usage: no price, said once
@@ -262,7 +266,7 @@ def _library_cost(found: tuple[Any, Any], usage: TokenUsage, when: datetime) -> 
         kept = _PLANS[id(prices)] = (prices, _plan_of(prices))
     plan = kept[1]
     if plan is not None:
-        return float(_direct_cost(plan, usage))
+        return _direct_cost(plan, usage)
     return _calculated_cost(provider, model, usage, when)
 
 
@@ -288,42 +292,73 @@ _DIRECT_KEYS: Final = frozenset(
 )
 #: Plans by the identity of the genai-prices ``ModelPrice`` they were made from (kept with it).
 _PLANS: dict[int, tuple[Any, tuple[Any, ...] | None]] = {}
-_THOUSAND: Final = Decimal(1000)
 
 
 def _plan_of(prices: Any) -> tuple[Any, ...] | None:
-    """(input, output, cache read, cache write, reasoning, per request) rates; None: not covered."""
+    """(input, output, cache read, cache write, reasoning, per request) rates as `_scaled`
+    makes them; None: prices `_direct_cost` does not cover."""
     given = {key for key, value in vars(prices).items() if value is not None}
     if not given <= _DIRECT_KEYS:
         return None
-    return tuple(
-        vars(prices).get(key)
-        for key in (
-            "input_mtok",
-            "output_mtok",
-            "cache_read_mtok",
-            "cache_write_mtok",
-            "output_reasoning_mtok",
-            "requests_kcount",
+    plan = []
+    for key in _PLAN_KEYS:
+        price = vars(prices).get(key)
+        rate = (
+            None
+            if price is None
+            else _scaled(price, _REQUEST_EXP if key == "requests_kcount" else _TOKEN_EXP)
         )
-    )
+        if rate is _NOT_EXACT:
+            return None
+        plan.append(rate)
+    return tuple(plan)
 
 
-def _rate(price: Any, total_input: int) -> Decimal:
-    """A rate, the tier the call's whole input (cached included) reaches where it is tiered."""
-    if type(price) is Decimal:
-        return price
-    applicable: Decimal = price.base
-    for tier in reversed(price.tiers):
-        if total_input > tier.start:
-            return tier.price  # type: ignore[no-any-return]
-    return applicable
+_PLAN_KEYS: Final = (
+    "input_mtok",
+    "output_mtok",
+    "cache_read_mtok",
+    "cache_write_mtok",
+    "output_reasoning_mtok",
+    "requests_kcount",
+)
+#: Sums are whole units of 10^-18 dollars: a rate per million tokens times
+#: 10^12 times a count, or a rate per thousand requests times 10^15.
+_TOKEN_EXP: Final = 12
+_REQUEST_EXP: Final = 15
+_UNIT: Final = 10**18
 
 
-def _direct_cost(plan: tuple[Any, ...], usage: TokenUsage) -> Decimal:
+def _scaled(price: Any, exp: int) -> Any:
+    """``price`` (a decimal, or tiers of them) in whole units; `_NOT_EXACT`: more digits."""
+    if isinstance(price, Decimal):
+        value = price.scaleb(exp)
+        return int(value) if value == value.to_integral_value() else _NOT_EXACT
+    base = _scaled(price.base, exp)
+    tiers = [(tier.start, _scaled(tier.price, exp)) for tier in reversed(price.tiers)]
+    if base is _NOT_EXACT or any(rate is _NOT_EXACT for _, rate in tiers):
+        return _NOT_EXACT
+    return (base, tuple(tiers))
+
+
+def _rate(rate: Any, total_input: int) -> int:
+    """A scaled rate; if tiered, the tier the call's whole input (cached included) reaches."""
+    if type(rate) is int:
+        return rate
+    for start, tier in rate[1]:  # highest tier first
+        if total_input > start:
+            return tier  # type: ignore[no-any-return]
+    return rate[0]  # type: ignore[no-any-return]
+
+
+def _direct_cost(plan: tuple[Any, ...], usage: TokenUsage) -> float:
     """genai-prices' arithmetic for llmrt's counts: each priced count is the tokens of
     its kind not counted by a more specific priced kind (cache reads and writes
-    out of input, reasoning out of output), at its rate, per million."""
+    out of input, reasoning out of output), at its rate.
+
+    In whole units (integers): exact, as the library's decimals are, and one
+    correctly rounded division makes the float it would make.
+    """
     input_rate, output_rate, read_rate, write_rate, reasoning_rate, request_rate = plan
     read = usage.cache_read_tokens or 0
     write = usage.cache_write_tokens or 0
@@ -331,7 +366,7 @@ def _direct_cost(plan: tuple[Any, ...], usage: TokenUsage) -> Decimal:
     reasoning = min(usage.reasoning_tokens or 0, usage.output_tokens)
     leaf_input = total_input
     leaf_output = usage.output_tokens
-    total = Decimal(0)
+    total = 0
     if read_rate is not None:
         leaf_input -= read
         total += _rate(read_rate, total_input) * read
@@ -345,12 +380,9 @@ def _direct_cost(plan: tuple[Any, ...], usage: TokenUsage) -> Decimal:
         total += _rate(input_rate, total_input) * leaf_input
     if output_rate is not None:
         total += _rate(output_rate, total_input) * leaf_output
-    # Products of integers and decimals are exact, and so is moving the point:
-    # one division gives what the library's division per count gives.
-    total /= _MILLION
     if request_rate is not None:
-        total += _rate(request_rate, total_input) / _THOUSAND
-    return total
+        total += _rate(request_rate, total_input)
+    return total / _UNIT
 
 
 def _calculated_cost(provider: Any, model: Any, usage: TokenUsage, when: datetime) -> float:
