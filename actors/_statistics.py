@@ -15,7 +15,7 @@ camelCase JSON, and
   for the values above the last bound (JSON has no infinity).
 
 Lookups by label: `RuntimeStatistics.provider`, `time_to_first_chunk_of`,
-`call_duration_of`, `pool`, and `ProviderStatistics.finished`.
+`call_duration_of`, `cost_of`, `pool`, and `ProviderStatistics.finished`.
 
 Adding a section (as `routing` was added):
 

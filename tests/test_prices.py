@@ -25,6 +25,7 @@ from llmrt import GenerateOptions, TokenUsage, UsageChunk
 from llmrt.actors._pricing import ModelPrice, Pricer, library_version
 from llmrt.actors._statistics import ModelCost, RuntimeStatistics
 from llmrt.actors.app.cli import main
+from llmrt.actors.app.cli.stats import format_stats
 from llmrt.actors.app.config import ConfigError, register_config, validate_config
 from llmrt.actors.app.plugins import installed
 from llmrt.actors.app.workers._sum import fold_models, merge_values
@@ -239,6 +240,11 @@ async def test_the_usage_chunk_carries_the_price_and_statistics_count_it() -> No
     assert stats.unpriced_calls == 2
     assert stats.cost_usd == pytest.approx(2 * CACHED_COST + 2e-6)
     assert msgspec.json.decode(msgspec.json.encode(stats), type=RuntimeStatistics) == stats
+    # `llmrt stats` says it in one line.
+    assert (
+        f"cost: ${2 * CACHED_COST + 2e-6:.6f} over 3 priced calls; 2 calls with no known price"
+        in format_stats(stats)
+    )
 
 
 async def _stream(rt: llmrt.LlmRuntime, options: GenerateOptions) -> AsyncIterator[object]:
