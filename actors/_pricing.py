@@ -152,6 +152,8 @@ class Pricer:
         self._use_library = library
         self._snapshot: Any = _NOT_LOADED
         self._cache: dict[tuple[str, str, str | None], Any] = {}
+        #: The (route, model, price provider) keys a refusal was logged for.
+        self._warned: set[tuple[str, str, str | None]] = set()
         if table:
             self.set_table(table)
 
@@ -204,9 +206,12 @@ class Pricer:
             return _direct_cost(found.plan, usage)
         try:
             return _library_cost(found, usage, self._now())
-        except Exception as exc:  # the library refused this usage: no price, said once
-            self._cache[key] = _UNKNOWN
-            log.warning("genai-prices could not price %s/%s: %s", route, model, exc)
+        except Exception as exc:  # the library refused this usage: no price, said once a model
+            if key not in self._warned:
+                if len(self._warned) >= _CACHE_BOUND:
+                    self._warned.clear()
+                self._warned.add(key)
+                log.warning("genai-prices could not price a call of %s/%s: %s", route, model, exc)
             return None
 
     def _lookup(self, route: str, model: str, price_provider: str | None) -> Any:

@@ -191,7 +191,33 @@ def test_a_new_table_replaces_the_old_and_bad_entries_are_refused() -> None:
     assert pricer.price("local", "other", usage(10, 0), None) == pytest.approx(1e-5)
 
 
-def test_usage_the_library_refuses_is_no_price_not_a_failure() -> None:
+def test_a_usage_the_library_refuses_is_no_price_that_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from llmrt.actors import _pricing
+
+    real = _pricing._library_cost
+    refusals = iter([ValueError("odd usage"), ValueError("odd usage")])
+
+    def refusing(*args: object) -> float:
+        exc = next(refusals, None)
+        if exc is not None:
+            raise exc
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_pricing, "_library_cost", refusing)
+    pricer = Pricer(now=lambda: NOON)
+    with caplog.at_level("WARNING", logger="llmrt.actors"):
+        assert pricer.price("openai", "gpt-4.1", usage(1000, 0), "openai") is None
+        assert pricer.price("openai", "gpt-4.1", usage(1000, 0), "openai") is None
+    # Logged once for the model; the next usage it accepts is priced (no lasting miss).
+    assert [r.getMessage() for r in caplog.records] == [
+        "genai-prices could not price a call of openai/gpt-4.1: odd usage"
+    ]
+    assert pricer.price("openai", "gpt-4.1", usage(1000, 0), "openai") == pytest.approx(0.002)
+
+
+def test_more_reasoning_than_output_is_clamped() -> None:
     # More reasoning than output is clamped, never a negative output price.
     cost = Pricer(now=lambda: NOON).price("openai", "o3", usage(0, 10, reasoning=50), "openai")
     assert cost == pytest.approx(10 * 8 / 1e6)
