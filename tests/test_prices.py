@@ -171,6 +171,16 @@ def test_pricing_never_fetches_prices(monkeypatch: pytest.MonkeyPatch) -> None:
     assert data_snapshot.get_snapshot().from_auto_update is False
 
 
+def test_without_the_extra_nothing_is_priced_but_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "genai_prices", None)  # as if not installed
+    pricer = Pricer(TABLE)
+    assert not pricer.library and library_version() is None
+    assert pricer.price("openai", "gpt-4.1", usage(10, 10), "openai") is None
+    assert pricer.price("local", "qwen", usage(10, 0), None) == pytest.approx(1e-6)
+
+
 def test_without_the_library_only_the_table_prices() -> None:
     pricer = Pricer(TABLE, library=False)
     assert not pricer.library
