@@ -72,6 +72,7 @@ from ._prepare import (
     resolve_config,
     validated_model_info,
 )
+from ._pricing import Pricer
 from ._registration import Registration
 from ._secrets import HeldSecrets
 from ._stats import CallSeries
@@ -172,6 +173,8 @@ class CallHost(Protocol):
     secrets: HeldSecrets
     #: Where calls are recorded (None: the call log is off).
     call_log: CallLog | None
+    #: Prices each ``usage`` chunk (`_pricing.Pricer.priced`).
+    pricer: Pricer
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -574,7 +577,11 @@ class Call:
                                     break
                                 if cls in _CONTENT:
                                     saw_block = True
-                                elif cls is not UsageChunk:
+                                elif cls is UsageChunk:
+                                    chunk = core.pricer.priced(core, series, self.options, chunk)
+                                    if raw is not None:
+                                        raw[-1] = chunk  # the call log keeps the price too
+                                else:
                                     finish = _not_a_chunk(cls)
                                     break
                                 if not forwarded:

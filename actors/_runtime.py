@@ -52,6 +52,7 @@ from ._prepare import (
     validated_model_info,
     validated_model_list,
 )
+from ._pricing import ModelPrice, Pricer, PriceTable
 from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
@@ -131,6 +132,8 @@ class RuntimeCore:
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     #: The call log (None: off, the default).
     call_log: CallLog | None = None
+    #: Prices calls: the price table, then genai-prices (docs/operations.md, "Prices").
+    pricer: Pricer = attrs.field(factory=Pricer)
     calls: set[Call] = attrs.field(factory=set)
     #: Routes' model lists, for asks that accept a kept one (`LlmRuntime.list_models`).
     model_lists: ModelListCache = attrs.field(factory=ModelListCache)
@@ -447,6 +450,22 @@ class LlmRuntime:
     def statistics(self) -> RuntimeStatistics:
         """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
         return self._core.statistics()
+
+    def set_prices(self, table: PriceTable) -> None:
+        """Price later calls by ``table`` first: (route, model) pairs to a `ModelPrice`.
+
+        It replaces the table set before (``[[price]]`` in ``llmrt.toml`` is
+        one); models not in it are priced by genai-prices when the
+        ``llmrt[prices]`` extra is installed (docs/operations.md, "Prices").
+        Raises `TypeError` for a key that is not a (route, model) pair and
+        `msgspec.ValidationError` for a negative rate.
+        """
+        self._core.pricer.set_table(table)
+
+    @property
+    def prices(self) -> Mapping[tuple[str, str], ModelPrice]:
+        """The price table set with `set_prices` (a copy)."""
+        return self._core.pricer.table
 
     def redacting(self, secrets: Iterable[str | None]) -> AbstractContextManager[None]:
         """A ``with`` block during which ``secrets`` are removed from every call's failure.

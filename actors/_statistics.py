@@ -15,7 +15,7 @@ camelCase JSON, and
   for the values above the last bound (JSON has no infinity).
 
 Lookups by label: `RuntimeStatistics.provider`, `time_to_first_chunk_of`,
-`call_duration_of`, `pool`, and `ProviderStatistics.finished`.
+`call_duration_of`, `cost_of`, `pool`, and `ProviderStatistics.finished`.
 
 Adding a section (as `routing` was added):
 
@@ -52,6 +52,7 @@ __all__ = [
     "GatewayStatistics",
     "GroupStatistics",
     "HistogramSnapshot",
+    "ModelCost",
     "ModelHistogram",
     "ProviderStatistics",
     "RoutingStatistics",
@@ -135,6 +136,22 @@ class ModelHistogram(_Value, frozen=True):
     provider: str
     model: str
     histogram: HistogramSnapshot
+
+
+class ModelCost(_Value, frozen=True):
+    """What the calls of one (provider, model) label pair cost (docs/operations.md, "Prices").
+
+    A call counts once per ``usage`` chunk it reported (adapters report one):
+    priced, its price added to ``cost_usd``; or unpriced, when no price is
+    known for the model (nothing added, never a zero price).
+    """
+
+    provider: str
+    model: str
+    #: US dollars.
+    cost_usd: float = 0.0
+    priced_calls: int = 0
+    unpriced_calls: int = 0
 
 
 class FinishedCount(_Value, frozen=True):
@@ -351,6 +368,8 @@ class RuntimeStatistics(_Value, frozen=True):
     routing: RoutingStatistics | None = None
     #: None: no call log (``open_runtime(call_log=...)``, ``llmrt serve --call-log``).
     call_log: CallLogStatistics | None = None
+    #: What calls cost, by (provider, model) label, sorted; pairs without usage are not in it.
+    costs: tuple[ModelCost, ...] = ()
 
     def __post_init__(self) -> None:
         _freeze(self, "calls_finished", "failures_by_code", "retries_by_code", "attempts_per_call")
@@ -369,6 +388,23 @@ class RuntimeStatistics(_Value, frozen=True):
     def call_duration_of(self, provider: str, model: str) -> HistogramSnapshot | None:
         """The call-duration histogram of one (provider, model) label pair."""
         return _find(self.call_duration, provider, model)
+
+    @property
+    def cost_usd(self) -> float:
+        """US dollars of every priced call."""
+        return math.fsum(entry.cost_usd for entry in self.costs)
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Calls that reported usage for a model with no known price."""
+        return sum(entry.unpriced_calls for entry in self.costs)
+
+    def cost_of(self, provider: str, model: str) -> ModelCost | None:
+        """The cost figures of one (provider, model) label pair (None: no usage counted)."""
+        for entry in self.costs:
+            if entry.provider == provider and entry.model == model:
+                return entry
+        return None
 
     def pool(self, provider: str) -> ConnectionPool | None:
         """The upstream pool reported under ``provider`` (None: no such adapter pool)."""

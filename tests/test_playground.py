@@ -578,6 +578,24 @@ def test_three_concurrent_calls(gateway: Gateway, page: Page) -> None:
     assert_no_console_errors(page)
 
 
+def test_the_usage_line_shows_the_price(tmp_path: pathlib.Path, page: Page) -> None:
+    priced = '[[price]]\nprovider = "demo"\nmodel = "demo-1"\ninput_mtok = 1.5\noutput_mtok = 2.0\n'
+    with running(tmp_path, config=priced) as gw:
+        page.open(page_url(gw))
+        page.wait_open()
+        page.choose("model", "demo-1")
+        page.send("hello playground")
+        page.wait_text("finish", "finish: stop")
+        usage = page.text("usage")
+        found = re.fullmatch(
+            r"usage: input (\d+), output (\d+), reasoning \d+ \| \$(\d+\.\d{6})", usage
+        )
+        assert found is not None, usage
+        spent_in, spent_out = int(found[1]), int(found[2])
+        assert found[3] == f"{(spent_in * 1.5 + spent_out * 2.0) / 1e6:.6f}"
+        assert_no_console_errors(page)
+
+
 def test_token_wrong_then_right(tmp_path: pathlib.Path, page: Page) -> None:
     with running(tmp_path, token=TOKEN) as gw:
         page.open(page_url(gw))

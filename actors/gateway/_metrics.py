@@ -190,6 +190,23 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
         idle.add_metric([pool.provider], pool.idle)
     yield upstream
     yield idle
+    cost = CounterMetricFamily(
+        "llmrt_cost_usd",
+        "US dollars the priced calls cost, by provider and model.",
+        labels=["provider", "model"],
+    )
+    unpriced = CounterMetricFamily(
+        "llmrt_unpriced_calls",
+        "Calls that reported usage for a model with no known price, by provider and model.",
+        labels=["provider", "model"],
+    )
+    for spent in stats.costs:  # a pair's series once it has something to count
+        if spent.priced_calls:
+            cost.add_metric([spent.provider, spent.model], spent.cost_usd)
+        if spent.unpriced_calls:
+            unpriced.add_metric([spent.provider, spent.model], spent.unpriced_calls)
+    yield cost
+    yield unpriced
 
 
 def _gateway_families(gw: GatewayStatistics) -> Iterator[Metric]:

@@ -193,9 +193,9 @@ class JsonOutput:
 Output = HumanOutput | JsonOutput
 
 
-def usage_parts(usage: TokenUsage | None) -> list[str]:
+def usage_parts(usage: TokenUsage | None, cost: float | None = None) -> list[str]:
     """The usage part of the summary line: tokens, cached and reasoning ones, and the
-    price where the usage carries one (``cost``, in USD)."""
+    call's price where it has one (``cost``, in USD)."""
     if usage is None:
         return []
     parts = [f"usage: input {usage.input_tokens}, output {usage.output_tokens}"]
@@ -203,9 +203,8 @@ def usage_parts(usage: TokenUsage | None) -> list[str]:
         parts.append(f"cache read {usage.cache_read_tokens}")
     if usage.reasoning_tokens:
         parts.append(f"reasoning {usage.reasoning_tokens}")
-    cost = getattr(usage, "cost", None)
-    if isinstance(cost, int | float):
-        parts.append(f"price ${cost:.6f}")
+    if cost is not None:
+        parts.append(f"${cost:.6f}")
     return parts
 
 

@@ -286,7 +286,8 @@ async def _call(
         nursery.cancel_scope.cancel()
     stopped = time.perf_counter()
     output.close()
-    summary = usage_parts(output.assembler.usage if isinstance(output, HumanOutput) else None)
+    assembler = output.assembler if isinstance(output, HumanOutput) else None
+    summary = usage_parts(assembler.usage, assembler.cost) if assembler is not None else []
     if first is not None:
         summary.append(f"first token {1000 * (first - started):.1f} ms")
     summary.append(f"total {1000 * (stopped - started):.1f} ms")

@@ -166,7 +166,7 @@ def _print_attempts(
                 delay = getattr(retried, "delay_ms", None) or 0.0
                 output.event(RetryScheduled(attempt=n + 1, failure=reason.failure, delay_ms=delay))
     output.close()
-    summary = usage_parts(output.assembler.usage)
+    summary = usage_parts(output.assembler.usage, output.assembler.cost)
     if first is not None:
         summary.append(f"first token {1000 * first:.1f} ms")
     summary.append(f"total {1000 * total:.1f} ms")

@@ -16,6 +16,7 @@ moves into ``(other)`` later, which would make both counters go down.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -28,6 +29,7 @@ from ..._statistics import (
     FinishedCount,
     GatewayStatistics,
     HistogramSnapshot,
+    ModelCost,
     ModelHistogram,
     ProviderStatistics,
     RuntimeStatistics,
@@ -67,6 +69,7 @@ SUMMED_FIELDS = frozenset(
         "gateway",
         "routing",
         "call_log",
+        "costs",
     }
 )
 
@@ -103,6 +106,29 @@ def _by_model(
     return tuple(
         ModelHistogram(provider=provider, model=model, histogram=_histogram_sum(values))
         for (provider, model), values in sorted(grouped.items())
+    )
+
+
+def _costs(
+    series: Iterable[Sequence[ModelCost]], keep: Mapping[str, frozenset[str]] | None = None
+) -> tuple[ModelCost, ...]:
+    """The cost entries summed by label pair; with ``keep``, models not kept count under `OTHER`."""
+    grouped: dict[tuple[str, str], list[ModelCost]] = {}
+    for entries in series:
+        for entry in entries:
+            model = entry.model
+            if keep is not None and model not in keep.get(entry.provider, frozenset()):
+                model = OTHER
+            grouped.setdefault((entry.provider, model), []).append(entry)
+    return tuple(
+        ModelCost(
+            provider=provider,
+            model=model,
+            cost_usd=math.fsum(part.cost_usd for part in parts),
+            priced_calls=sum(part.priced_calls for part in parts),
+            unpriced_calls=sum(part.unpriced_calls for part in parts),
+        )
+        for (provider, model), parts in sorted(grouped.items())
     )
 
 
@@ -198,6 +224,7 @@ def merge_values(values: Sequence[RuntimeStatistics]) -> RuntimeStatistics:
         gateway=_gateway_sum(gateways),
         routing=merge_routing([v.routing for v in values]),
         call_log=_call_log_sum([v.call_log for v in values if v.call_log is not None]),
+        costs=_costs(v.costs for v in values),
     )
 
 
@@ -266,6 +293,7 @@ def fold_models(value: RuntimeStatistics, kept: KeptModels) -> RuntimeStatistics
         value,
         time_to_first_chunk=_by_model([value.time_to_first_chunk], keep),
         call_duration=_by_model([value.call_duration], keep),
+        costs=_costs([value.costs], keep),
     )
 
 
