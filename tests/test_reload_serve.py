@@ -1,0 +1,106 @@
+"""Reloading a running ``llmrt serve``: SIGHUP, the ``reload`` frame, ``llmrt reload --via``,
+one process and ``--workers 2`` (real processes), and the ``providers-changed`` frame.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import trio
+from _serving import serving
+
+import llmrt
+from llmrt.actors.app.config import CONFIG_INVALID
+from llmrt.actors.gateway.client import open_gateway_client
+
+TOKEN = "reload-test-token-0123456789"
+ENV = {"LLMRT_GATEWAY_TOKEN": TOKEN}
+
+
+def _demo(*routes: str) -> str:
+    return "".join(f'[[provider]]\nroute = "{name}"\nadapter = "demo"\n\n' for name in routes)
+
+
+async def _ids(url: str) -> list[str]:
+    async with open_gateway_client(url, token=TOKEN) as client:
+        return [info.id for info in await client.list_providers()]
+
+
+async def _cli_reload(url: str) -> tuple[int, str]:
+    """``llmrt reload --via URL`` as a process: its exit status and output."""
+    command = [sys.executable, "-m", "llmrt.actors.app.cli", "reload", "--via", url]
+    env = {**os.environ, **ENV}
+    with trio.fail_after(30):
+        done = await trio.run_process(command, env=env, capture_stdout=True, check=False)
+    return done.returncode, done.stdout.decode()
+
+
+async def test_one_process_reloads_on_sighup_and_on_the_frame(tmp_path: Path) -> None:
+    path = tmp_path / "llmrt.toml"
+    path.write_text(_demo("first"))
+    async with serving("--config", str(path), env=ENV) as served:
+        port = await served.port()
+        url = f"ws://127.0.0.1:{port}/"
+        path.write_text(_demo("first", "second"))
+        served.proc.send_signal(signal.SIGHUP)
+        await served.expect(r"^reload: applied \(added second\)$")
+        assert "second" in await _ids(url)
+        # A broken file: refused with FILE:LINE, everything serves on.
+        path.write_text(_demo("first") + '[[provider]]\nroute = "x"\n')
+        served.proc.send_signal(signal.SIGHUP)
+        found = await served.expect(r"^reload: refused, the old configuration serves on: (.*)$")
+        assert found.group(1).startswith(f"{path}:")
+        assert {"first", "second"} <= set(await _ids(url))
+        # The frame, through `llmrt reload --via`.
+        status, output = await _cli_reload(url)
+        assert status == 1
+        assert output.startswith(f"reload: refused, the old configuration serves on: {path}:")
+        path.write_text(_demo("first"))
+        status, output = await _cli_reload(url)
+        assert (status, output) == (0, "reload: applied (removed second)\n")
+        assert "second" not in await _ids(url)
+
+
+async def test_workers_reload_together_on_sighup_and_on_a_frame(tmp_path: Path) -> None:
+    path = tmp_path / "llmrt.toml"
+    path.write_text(_demo("first"))
+    async with serving("--workers", "2", "--config", str(path), env=ENV) as served:
+        await served.expect(r"^workers ready: 2$")
+        port = await served.port()
+        url = f"ws://127.0.0.1:{port}/"
+        path.write_text(_demo("first", "second"))
+        served.proc.send_signal(signal.SIGHUP)
+        for slot in (0, 1):
+            await served.expect(rf"^worker {slot} reload: applied \(added second\)$")
+        with trio.fail_after(60):
+            async with open_gateway_client(url, token=TOKEN) as client:
+                assert "second" in [info.id for info in await client.list_providers()]
+                async with client.providers_changed() as changes:
+                    # A frame reaching one worker reloads both; the report names each.
+                    path.write_text(_demo("first", "second", "third"))
+                    report = await client.reload()
+                    assert report.ok
+                    assert [(r.worker, r.ok, r.added) for r in report.workers] == [
+                        (0, True, ("third",)),
+                        (1, True, ("third",)),
+                    ]
+                    # This connection's worker changed its providers: it says so.
+                    await changes.receive()
+                    assert "third" in [info.id for info in await client.list_providers()]
+                    # A broken file: every worker refuses it with FILE:LINE and serves on.
+                    path.write_text("[[provider]\n")
+                    report = await client.reload()
+                    assert not report.ok
+                    assert [r.worker for r in report.workers] == [0, 1]
+                    for result in report.workers:
+                        assert not result.ok and result.error is not None
+                        assert result.error.code == CONFIG_INVALID
+                        assert result.error.message.startswith(f"{path}:1")
+                    options = llmrt.GenerateOptions(
+                        provider="third", model="demo-1", messages=(llmrt.user_message("hi"),)
+                    )
+                    completion = await client.complete(options)
+                    assert completion.text
