@@ -186,12 +186,10 @@ class ServedConfig:
         pending = list(built)
         try:
             if settings_change:
-                previous = self._settings
                 await self._dispose_settings()
 
                 async def restore_settings() -> None:
                     await self._dispose_settings()
-                    self._settings = previous
                     await self._register_settings(old)
 
                 undo.append(restore_settings)
