@@ -87,6 +87,7 @@ def test_every_command_module_has_the_command_shape() -> None:
         "models",
         "stats",
         "routes",
+        "reload",
     ]
     for entry in COMMANDS:
         module = importlib.import_module(f"llmrt.actors.app.cli.{entry.module}")
