@@ -4,6 +4,8 @@ one process and ``--workers 2`` (real processes), and the ``providers-changed`` 
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import sys
@@ -13,6 +15,7 @@ import trio
 from _serving import serving
 
 import llmrt
+from llmrt.actors.app.cli import main
 from llmrt.actors.app.config import CONFIG_INVALID
 from llmrt.actors.gateway.client import open_gateway_client
 
@@ -29,13 +32,24 @@ async def _ids(url: str) -> list[str]:
         return [info.id for info in await client.list_providers()]
 
 
-async def _cli_reload(url: str) -> tuple[int, str]:
-    """``llmrt reload --via URL`` as a process: its exit status and output."""
-    command = [sys.executable, "-m", "llmrt.actors.app.cli", "reload", "--via", url]
+async def _cli_reload(url: str, *flags: str, cwd: Path) -> tuple[int, str]:
+    """``llmrt reload --via URL`` as a process in ``cwd``: its exit status and output."""
+    command = [sys.executable, "-m", "llmrt.actors.app.cli", "reload", "--via", url, *flags]
     env = {**os.environ, **ENV}
+    env.pop("LLMRT_CONFIG", None)
     with trio.fail_after(30):
-        done = await trio.run_process(command, env=env, capture_stdout=True, check=False)
-    return done.returncode, done.stdout.decode()
+        done = await trio.run_process(
+            command, env=env, cwd=cwd, capture_stdout=True, capture_stderr=True, check=False
+        )
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+def test_reload_needs_a_gateway() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["reload"], out=out, err=err, environ={}) == 2
+    assert err.getvalue() == (
+        "llmrt: llmrt reload needs --via URL (the gateway); or send the serving process SIGHUP\n"
+    )
 
 
 async def test_one_process_reloads_on_sighup_and_on_the_frame(tmp_path: Path) -> None:
@@ -54,14 +68,20 @@ async def test_one_process_reloads_on_sighup_and_on_the_frame(tmp_path: Path) ->
         found = await served.expect(r"^reload: refused, the old configuration serves on: (.*)$")
         assert found.group(1).startswith(f"{path}:")
         assert {"first", "second"} <= set(await _ids(url))
-        # The frame, through `llmrt reload --via`.
-        status, output = await _cli_reload(url)
+        # The frame, through `llmrt reload --via`; the broken file beside it is not read.
+        status, output = await _cli_reload(url, cwd=tmp_path)
         assert status == 1
         assert output.startswith(f"reload: refused, the old configuration serves on: {path}:")
         path.write_text(_demo("first"))
-        status, output = await _cli_reload(url)
-        assert (status, output) == (0, "reload: applied (removed second)\n")
+        status, output = await _cli_reload(url, "--json", cwd=tmp_path)
+        assert status == 0
+        assert json.loads(output) == {
+            "ok": True,
+            "workers": [{"ok": True, "removed": ["second"]}],
+        }
         assert "second" not in await _ids(url)
+        status, output = await _cli_reload(url, cwd=tmp_path)
+        assert (status, output) == (0, "reload: applied (no change)\n")
 
 
 async def test_workers_reload_together_on_sighup_and_on_a_frame(tmp_path: Path) -> None:
