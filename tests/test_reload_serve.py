@@ -28,8 +28,9 @@ def _demo(*routes: str) -> str:
 
 
 async def _ids(url: str) -> list[str]:
-    async with open_gateway_client(url, token=TOKEN) as client:
-        return [info.id for info in await client.list_providers()]
+    with trio.fail_after(30):
+        async with open_gateway_client(url, token=TOKEN) as client:
+            return [info.id for info in await client.list_providers()]
 
 
 async def _cli_reload(url: str, *flags: str, cwd: Path) -> tuple[int, str]:
