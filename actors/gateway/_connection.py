@@ -105,6 +105,10 @@ HEARTBEAT_CLOSE = 1011
 SHUTDOWN_CLOSE = 1001
 _SHUTDOWN = CloseRequest(SHUTDOWN_CLOSE, "the gateway is shutting down")
 IDLE_CLOSE_REASON = "idle timeout: no call in flight"
+#: A ``providers-changed`` frame waits until the providers have not changed for this
+#: long (seconds), and never longer than the second figure after the first change.
+PROVIDERS_SETTLE = 0.05
+PROVIDERS_SETTLE_MAX = 0.5
 
 
 @attrs.define(eq=False)
@@ -701,11 +705,27 @@ class Connection:
         """Tell the client when the runtime's providers change (a ``providers-changed`` frame).
 
         The runtime's subscription holds one pending wake-up at most, so a
-        client that reads slowly gets one frame for many changes, never a backlog.
+        client that reads slowly gets one frame for many changes, never a
+        backlog. A reload commits several changes in a row: the frame waits
+        until none has come for `PROVIDERS_SETTLE` seconds (at most
+        `PROVIDERS_SETTLE_MAX`), so that clients ask for the list once, not
+        once per commit.
         """
         async with self.state.runtime.adapters_updated() as updates:
             async for _ in updates:
+                ended = False
+                with trio.move_on_after(PROVIDERS_SETTLE_MAX):
+                    while not ended:
+                        with trio.move_on_after(PROVIDERS_SETTLE) as quiet:
+                            try:
+                                await updates.receive()
+                            except trio.EndOfChannel:
+                                ended = True  # the runtime closed: say the last change
+                        if quiet.cancelled_caught:
+                            break
                 await self._send.send(ProvidersChangedFrame())
+                if ended:
+                    return
 
     async def _writer(self) -> None:
         recv = self._recv
