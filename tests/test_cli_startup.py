@@ -88,6 +88,7 @@ def test_every_command_module_has_the_command_shape() -> None:
         "stats",
         "routes",
         "log",
+        "reload",
     ]
     for entry in COMMANDS:
         module = importlib.import_module(f"llmrt.actors.app.cli.{entry.module}")

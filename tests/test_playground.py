@@ -636,6 +636,38 @@ def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
         assert_no_console_errors(page, allowed_network=(gw.ws_url, gw.http_url))
 
 
+def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) -> None:
+    with running(tmp_path) as gw:
+        page.open(page_url(gw))
+        page.wait_open()
+        page.choose("provider", "slow-demo")
+        assert gw.proc is not None
+        gw.config.write_text(CONFIG + '[[provider]]\nroute = "added-demo"\nadapter = "demo"\n')
+        gw.proc.send_signal(signal.SIGHUP)  # the gateway sends providers-changed
+        page.wait(
+            lambda: (
+                "added-demo"
+                in [o.get_attribute("value") for o in Select(page.el("provider")).options]
+            ),
+            message="the new route never appeared in the list",
+        )
+        # The list was asked again, and the choice made before survived it.
+        assert len(page.sent("list-providers")) >= 1
+        assert Select(page.el("provider")).first_selected_option.get_attribute("value") == (
+            "slow-demo"
+        )
+        gw.config.write_text(CONFIG)
+        gw.proc.send_signal(signal.SIGHUP)
+        page.wait(
+            lambda: (
+                "added-demo"
+                not in [o.get_attribute("value") for o in Select(page.el("provider")).options]
+            ),
+            message="the removed route stayed in the list",
+        )
+        assert_no_console_errors(page)
+
+
 def test_a_foreign_origin_cannot_connect(gateway: Gateway, page: Page) -> None:
     with static_server() as foreign:
         page.open(f"{foreign}index.html?gateway={gateway.ws_url}")
