@@ -13,10 +13,16 @@ testing that a host survives a hostile upstream. Requests are parsed and
 well-formed responses framed by h11, not by llmrt's own HTTP codec.
 `Upstream` records every request and connection and lets a test wait for a
 connection to close, which is how an abort is proved to reach the socket.
+`cassette(path, target=..., mode=...)` records a provider's exchanges at the
+wire once and replays them offline through the same server (docs/testing.md).
 """
 
 from __future__ import annotations
 
+from ._cassette import Cassette as Cassette
+from ._cassette import CassetteMismatch as CassetteMismatch
+from ._cassette import CassetteMode as CassetteMode
+from ._cassette import cassette as cassette
 from ._events import OPENAI_DONE as OPENAI_DONE
 from ._events import anthropic_events as anthropic_events
 from ._events import openai_events as openai_events
@@ -43,8 +49,26 @@ from ._server import Router as Router
 from ._server import Upstream as Upstream
 from ._server import open_upstream as open_upstream
 from ._server import serve_upstream as serve_upstream
+from ._tape import FORMAT_VERSION as FORMAT_VERSION
+from ._tape import CassetteError as CassetteError
+from ._tape import End as End
+from ._tape import Exchange as Exchange
+from ._tape import Read as Read
+from ._tape import decode_cassette as decode_cassette
+from ._tape import encode_exchange as encode_exchange
 
 __all__ = [
+    "FORMAT_VERSION",
+    "Cassette",
+    "CassetteError",
+    "CassetteMismatch",
+    "CassetteMode",
+    "End",
+    "Exchange",
+    "Read",
+    "cassette",
+    "decode_cassette",
+    "encode_exchange",
     "DEFAULT_MODELS",
     "DEFAULT_SCRIPT_PATHS",
     "OPENAI_DONE",
