@@ -70,6 +70,20 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 PEER_NAMES = frozenset({"httpx", "httpx-lines", "httpx-drain", "openai", "litellm"})
 
 
+def check_asyncio(report: dict[str, Any]) -> list[str]:
+    """`bench_asyncio.py`: an llmrt contender with failed streams or cancels never seen closing."""
+    broken = []
+    for name, figures in report.get("contenders", {}).items():
+        if name == "openai":
+            continue
+        for key, value in figures.items():
+            if key.startswith("scale_") and value.get("failed"):
+                broken.append(f"asyncio: {name} {key}: {value['failed']} streams failed")
+        if figures.get("cancel_ms", {}).get("lost"):
+            broken.append(f"asyncio: {name}: {figures['cancel_ms']['lost']} cancels never closed")
+    return broken
+
+
 def check_streams(report: dict[str, Any]) -> list[str]:
     """HTTP runs of llmrt or the floor: a failed stream, or a finished run with the wrong count."""
     broken = []
@@ -179,6 +193,24 @@ SUITES: tuple[Suite, ...] = (
         ("--quick",),
         "abandon.json",
         "abandon-quick.json",
+    ),
+    Suite(
+        "asyncio",
+        "bench_asyncio.py",
+        "llmrt.aio beside llmrt under trio and the openai SDK: per chunk, cancel, 5,000 streams",
+        (),
+        ("--quick",),
+        "asyncio.json",
+        "asyncio-quick.json",
+        quick_sizes={
+            "chunk_streams": 1,
+            "chunks": 500,
+            "cancel_streams": 5,
+            "cancel_rounds": 2,
+            "scale": [50, 100],
+        },
+        aliases=("aio",),
+        check=check_asyncio,
     ),
     Suite(
         "gateway",
