@@ -636,6 +636,17 @@ def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
         assert_no_console_errors(page, allowed_network=(gw.ws_url, gw.http_url))
 
 
+def provider_values(page: Page) -> list[str]:
+    """The provider list's values, read in one script: the page rebuilds the list on
+    providers-changed, so elements found one call earlier may be gone by the next."""
+    values = page.d.execute_script(
+        "return Array.from(document.querySelector(\"[data-testid='provider']\").options,"
+        " o => o.value)"
+    )
+    assert isinstance(values, list)
+    return [str(v) for v in values]
+
+
 def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) -> None:
     with running(tmp_path) as gw:
         page.open(page_url(gw))
@@ -645,24 +656,19 @@ def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) 
         gw.config.write_text(CONFIG + '[[provider]]\nroute = "added-demo"\nadapter = "demo"\n')
         gw.proc.send_signal(signal.SIGHUP)  # the gateway sends providers-changed
         page.wait(
-            lambda: (
-                "added-demo"
-                in [o.get_attribute("value") for o in Select(page.el("provider")).options]
-            ),
+            lambda: "added-demo" in provider_values(page),
             message="the new route never appeared in the list",
         )
         # The list was asked again, and the choice made before survived it.
         assert len(page.sent("list-providers")) >= 1
-        assert Select(page.el("provider")).first_selected_option.get_attribute("value") == (
-            "slow-demo"
+        chosen = page.d.execute_script(
+            "return document.querySelector(\"[data-testid='provider']\").value"
         )
+        assert chosen == "slow-demo"
         gw.config.write_text(CONFIG)
         gw.proc.send_signal(signal.SIGHUP)
         page.wait(
-            lambda: (
-                "added-demo"
-                not in [o.get_attribute("value") for o in Select(page.el("provider")).options]
-            ),
+            lambda: "added-demo" not in provider_values(page),
             message="the removed route stayed in the list",
         )
         assert_no_console_errors(page)
