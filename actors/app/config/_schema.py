@@ -86,6 +86,9 @@ class GatewayTable(_Table, frozen=True):
     model_list_ttl: _NonNegativeFloat | None = None
     #: Who may read ``/metrics``: anyone (``"open"``) or holders of the gateway token.
     metrics_auth: Literal["open", "token"] | None = None
+    #: The largest HTTP API request body, and the seconds its whole body may take to arrive.
+    max_body_bytes: _Positive | None = None
+    body_timeout: _PositiveFloat | None = None
 
 
 @functools.cache
@@ -105,6 +108,8 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             # Routing groups (``[[group]]`` with ``[[group.deployment]]``) and ``[routing]``.
             ("group", tuple[Group, ...], ()),
             ("routing", RoutingSettings, msgspec.field(default_factory=RoutingSettings)),
+            # ``[aliases]``: bare model names the HTTP APIs resolve (``"gpt-5" = "openai/gpt-5"``).
+            ("aliases", dict[str, str], msgspec.field(default_factory=dict)),
         ],
         bases=(_Table,),
         frozen=True,

@@ -7,6 +7,7 @@ them into a runtime.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -167,6 +168,8 @@ class Config:
     #: Routing groups (``[[group]]``), registered after the routes, and ``[routing]``.
     groups: tuple[Group, ...] = ()
     routing: RoutingSettings = attrs.field(factory=RoutingSettings)
+    #: ``[aliases]``: a bare model name -> ``provider/model`` (the HTTP APIs' model names).
+    aliases: Mapping[str, str] = attrs.field(factory=dict)
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""

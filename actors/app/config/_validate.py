@@ -110,6 +110,7 @@ def validate_config(
     namespaces = builtin_namespaces(plugins)
     groups: tuple[Group, ...] = ()
     routing = RoutingSettings()
+    aliases: dict[str, str] = {}
     table = None
     if text is not None:
         table = _parse(text, ctx)
@@ -123,6 +124,7 @@ def validate_config(
     if table is not None:
         names = {name for spec in routes for name in spec.providers}
         groups, routing = check_routing(ctx.error, table.group, table.routing, names)
+        aliases = _check_aliases(ctx, table.aliases, names | {group.name for group in groups})
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and environ.get(spec.api_key_env)
     )
@@ -135,7 +137,27 @@ def validate_config(
         plugins=plugins,
         groups=groups,
         routing=routing,
+        aliases=aliases,
     )
+
+
+def _check_aliases(ctx: _Context, table: Mapping[str, str], providers: set[str]) -> dict[str, str]:
+    """``[aliases]``: each a bare name (no ``/``) naming ``provider/model`` of a known provider."""
+    for name, target in table.items():
+        at = ("aliases", name)
+        if not name or "/" in name or name != name.strip():
+            raise ctx.error(at, f"an alias is a bare model name without `/`, got {name!r}")
+        provider, slash, model = target.partition("/")
+        if not slash or not provider or not model:
+            raise ctx.error(at, f"an alias names `provider/model`, got {target!r}")
+        if provider not in providers:
+            known = ", ".join(sorted(providers)[:20]) or "none"
+            raise ctx.error(
+                at,
+                f"the alias {name!r} names the provider {provider!r}, which is neither a "
+                f"route nor a group of this configuration (known: {known})",
+            )
+    return dict(table)
 
 
 def _parse(text: str, ctx: _Context) -> Any:
