@@ -10,7 +10,7 @@ h11 (an independent HTTP codec), so the framing is checked too.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -22,16 +22,33 @@ import trio
 from _api_support import failing_script, length_script, text_script, tool_script
 
 import llmrt
-from llmrt import BlockStart, GenerateOptions, StreamChunk, TextBlock, TextDelta
+from llmrt import BlockStart, GenerateOptions, TextBlock, TextDelta
 from llmrt.actors.gateway import GatewayServer, Limits, serve_gateway
-from llmrt.adapters.scripted import ScriptedAdapter, Stall, Step
+from llmrt.adapters.scripted import Delay, ScriptedAdapter, Stall, Step
+
+#: How many steps of `big_script` the adapter has taken so far (over all calls).
+PRODUCED = [0]
+BIG = 20_000
 
 
-def big_script() -> list[Step]:
-    """Far more output than loopback socket buffers hold: 20,000 deltas of 1 KiB."""
+def big_script() -> Iterator[Step]:
+    """Far more output than loopback socket buffers hold: 20,000 deltas of 1 KiB, lazily."""
     piece = "x" * 1024
-    deltas: list[Step] = [TextDelta(index=0, text=piece) for _ in range(20_000)]
-    return [BlockStart(index=0, block_type="text"), *deltas, *text_script()[4:]]
+    yield BlockStart(index=0, block_type="text")
+    for _ in range(BIG):
+        PRODUCED[0] += 1
+        yield TextDelta(index=0, text=piece)
+    yield from text_script()[4:]
+
+
+def quiet_script() -> list[Step]:
+    """Text, a second of silence, more text."""
+    return [*text_script()[:2], Delay(1.0), *text_script()[2:]]
+
+
+def late_script() -> list[Step]:
+    """Nothing at all until the call is given up."""
+    return [Stall()]
 
 
 def stall_script() -> list[Step]:
@@ -44,6 +61,8 @@ SCRIPTS: dict[str, Any] = {
     "long": length_script,
     "stall": stall_script,
     "big": big_script,
+    "quiet": quiet_script,
+    "late": late_script,
 }
 
 
@@ -55,17 +74,24 @@ def last_text(options: GenerateOptions) -> str:
     return ""
 
 
-def script_of(options: GenerateOptions) -> list[StreamChunk]:
-    return list(SCRIPTS.get(last_text(options), text_script)())
+def script_of(options: GenerateOptions) -> Iterable[Step]:
+    return SCRIPTS.get(last_text(options), text_script)()  # type: ignore[no-any-return]
 
 
 @asynccontextmanager
 async def api_gateway(
-    limits: Limits | None = None, **options: Any
+    limits: Limits | None = None,
+    *,
+    script: Any = script_of,
+    retry_policy: Any = None,
+    middleware: Any = None,
+    **options: Any,
 ) -> AsyncIterator[tuple[GatewayServer, llmrt.LlmRuntime, ScriptedAdapter]]:
-    adapter = ScriptedAdapter(script_of, models=("m",))
+    adapter = ScriptedAdapter(script, models=("m",), retry_policy=retry_policy)
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["s"], adapter)
+        if middleware is not None:
+            rt.use(middleware)
         async with trio.open_nursery() as nursery:
             limits = limits or Limits(shutdown_grace=0.2)
             server = await nursery.start(partial(serve_gateway, rt, limits=limits, **options))

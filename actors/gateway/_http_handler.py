@@ -36,7 +36,7 @@ adapter stops reading upstream); a write that makes no progress for
 ``heartbeat_timeout`` ends the call. A client that closes its connection
 (read as end of input, at any time after its body) aborts the call: the
 upstream response is closed and the call counts as ``aborted``. A quiet
-stream gets the API's ping every `PING_SECONDS`. Answers carry
+stream gets the API's ping every ``ping_interval`` (10 s). Answers carry
 ``Connection: close``.
 """
 
@@ -72,7 +72,7 @@ from ._protocol import bearer_from_headers, token_matches
 from .api import APIS, MESSAGES, Api, ApiRequestError, ErrorAnswer
 from .api._common import resolve_model
 
-__all__ = ["HttpApi", "PATHS", "PING_SECONDS", "COUNT_TOKENS", "MODELS"]
+__all__ = ["HttpApi", "PATHS", "COUNT_TOKENS", "MODELS"]
 
 log = logging.getLogger("llmrt.gateway")
 
@@ -80,9 +80,6 @@ COUNT_TOKENS: Final = "/v1/messages/count_tokens"
 MODELS: Final = "/v1/models"
 #: Every path this module answers.
 PATHS: Final = frozenset((*APIS, COUNT_TOKENS, MODELS))
-#: A stream quiet for this long gets the API's ping (Messages: a ``ping`` event;
-#: the OpenAI APIs: an SSE comment).
-PING_SECONDS: Final = 10.0
 #: Bound on listing one route's models for ``GET /v1/models``.
 MODELS_SECONDS: Final = 10.0
 #: Input read and dropped after the body (a client should send nothing more).
@@ -584,7 +581,9 @@ class HttpApi:
                                 await writer.error(api.error(chunk.reason.failure))
                                 return
                             await writer.start_stream()
-                            nursery.start_soon(_pinger, writer, encoder)
+                            nursery.start_soon(
+                                _pinger, writer, encoder, self.state.limits.ping_interval
+                            )
                             data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
                         else:
                             data = encoder.push(chunk)
@@ -662,11 +661,11 @@ async def _watch_client(writer: _Writer, controller: AbortController) -> None:
             return  # a client that keeps sending is read no further
 
 
-async def _pinger(writer: _Writer, encoder: Any) -> None:
-    """The API's ping whenever the stream has been quiet for `PING_SECONDS`."""
+async def _pinger(writer: _Writer, encoder: Any, seconds: float) -> None:
+    """The API's ping whenever the stream has been quiet for ``seconds``."""
     ping = encoder.ping()
     while True:
-        due = writer.last_write + PING_SECONDS
+        due = writer.last_write + seconds
         if trio.current_time() < due:
             await trio.sleep_until(due)
             continue

@@ -200,6 +200,9 @@ class Limits:
     #: clients never send one.
     max_body_bytes: int = 16 << 20
     body_timeout: float = 30.0
+    #: A started HTTP API stream quiet for this long gets the API's ping
+    #: (Messages: a ``ping`` event; the OpenAI APIs: an SSE comment).
+    ping_interval: float = 10.0
 
     @property
     def outbound(self) -> OutboundPolicy:
@@ -235,6 +238,7 @@ class Limits:
             "metadata_per_second",
             "metadata_per_peer_per_second",
             "body_timeout",
+            "ping_interval",
         ):
             _positive(name, getattr(self, name))
         ttl = self.model_list_ttl
