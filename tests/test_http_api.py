@@ -421,3 +421,22 @@ def test_a_gateway_token_is_taken_as_bearer_or_x_api_key(tmp_path: Path) -> None
             anthropic.Anthropic(base_url=gateway.base, api_key="no", max_retries=0).messages.create(
                 model="demo/demo-1", max_tokens=50, messages=user("Hi")
             )
+
+
+def test_the_apis_are_served_under_workers(tmp_path: Path) -> None:
+    with served_gateway(tmp_path, "--workers", "2") as gateway:
+        client = oai(gateway)
+        # Connection: close on every answer, so each request is a new connection, which
+        # the kernel spreads over the workers' listening sockets.
+        for _ in range(6):
+            with client.chat.completions.stream(model="fast", messages=user("Hello")) as stream:
+                assert stream.get_final_completion().choices[0].message.content == "Hello there"
+        message = ant(gateway).messages.create(
+            model="an/claude-sonnet-4-5", max_tokens=20, messages=user("Hello")
+        )
+        assert message.content[0].type == "text"
+        # /metrics sums the workers' figures, each as its worker last reported them.
+        deadline = time.monotonic() + 20
+        while metric(metrics(gateway), "llmrt_calls_started_total", provider="oa") != 6:
+            assert time.monotonic() < deadline, metrics(gateway)
+            time.sleep(0.1)
