@@ -68,7 +68,7 @@ from llmrt._nesting import MAX_NESTING, json_too_deep
 from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._connection import GatewayState
-from ._protocol import bearer_from_headers, token_matches
+from ._protocol import Limits, bearer_from_headers, token_matches
 from .api import APIS, MESSAGES, Api, ApiRequestError, ErrorAnswer
 from .api._common import resolve_model
 
@@ -152,37 +152,52 @@ class _Gone(Exception):
 
 @attrs.define(eq=False)
 class _Writer:
-    """One connection's output: the response head, the body pieces, and whether the client left."""
+    """One connection's output: the response head, the body pieces, and whether the client left.
+
+    A whole answer's write is bounded by ``send_timeout`` itself; a stream's
+    writes are watched by `_keeper` instead (no timer per chunk), which
+    closes the socket under a write that makes no progress.
+    """
 
     stream: trio.SocketStream
     conn: h11.Connection
     send_timeout: float
+    #: Whether the body goes out in the chunked coding (HTTP/1.1), framed here, not by h11.
+    chunked: bool = True
     #: Headers on every answer (CORS for an allowed origin).
     extra: tuple[tuple[bytes, bytes], ...] = ()
     gone: bool = False
     started: bool = False
-    last_write: float = 0.0
+    #: Writes begun so far, and whether one is under way (what `_keeper` watches).
+    writes: int = 0
+    busy: bool = False
     lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     async def _send(self, data: bytes) -> None:
         if self.gone:
             raise _Gone
-        if self.lock.locked():
-            await self.lock.acquire()
+        lock = self.lock
+        if lock.locked():
+            await lock.acquire()
         else:
-            self.lock.acquire_nowait()
+            lock.acquire_nowait()
+        self.writes += 1
+        self.busy = True
         try:
-            with trio.move_on_after(self.send_timeout) as scope:
-                await self.stream.send_all(data)
-            if scope.cancelled_caught:
-                self.gone = True
-                raise _Gone
+            await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.gone = True
             raise _Gone from None
         finally:
-            self.lock.release()
-        self.last_write = trio.current_time()
+            self.busy = False
+            lock.release()
+
+    async def _bounded(self, data: bytes) -> None:
+        with trio.move_on_after(self.send_timeout) as scope:
+            await self._send(data)
+        if scope.cancelled_caught:
+            self.gone = True
+            raise _Gone
 
     def _head(self, status: int, headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
         response = h11.Response(
@@ -210,7 +225,7 @@ class _Writer:
         tail = self.conn.send(h11.Data(data=body)) or b"" if body else b""
         end = self.conn.send(h11.EndOfMessage()) or b""
         self.started = True
-        await self._send(head + tail + end)
+        await self._bounded(head + tail + end)
 
     async def error(self, answer: ErrorAnswer) -> None:
         headers = tuple((k.encode(), v.encode()) for k, v in answer.headers)
@@ -218,19 +233,25 @@ class _Writer:
             headers += ((b"WWW-Authenticate", b"Bearer"),)
         await self.whole(answer.status, answer.body, headers)
 
-    async def start_stream(self) -> None:
+    async def start_stream(self, first: bytes, *, last: bool = False) -> None:
+        """The stream's head and its first events (``last``: and its end), in one write."""
         self.started = True
-        await self._send(self._head(200, _SSE_HEADERS))
+        framing = ((b"Transfer-Encoding", b"chunked"),) if self.chunked else ()
+        # h11 writes the head; the body is framed here from now on (the
+        # connection closes after it, so h11's state is not needed again).
+        head = self._head(200, (*_SSE_HEADERS, *framing))
+        await self._bounded(head + self._frame(first, last))
 
-    async def data(self, data: bytes) -> None:
-        out = self.conn.send(h11.Data(data=data))
-        if out:
-            await self._send(out)
+    def _frame(self, data: bytes, last: bool = False) -> bytes:
+        if not self.chunked:
+            return data
+        end = b"0\r\n\r\n" if last else b""
+        return (b"%x\r\n%b\r\n" % (len(data), data) if data else b"") + end
 
-    async def end(self) -> None:
-        out = self.conn.send(h11.EndOfMessage())
-        if out:
-            await self._send(out)
+    async def data(self, data: bytes, *, last: bool = False) -> None:
+        """Events of the stream (``last``: and its end)."""
+        if data or last:
+            await self._send(self._frame(data, last))
 
 
 @attrs.define(eq=False)
@@ -265,7 +286,9 @@ class HttpApi:
         anthropic = path.startswith("/v1/messages")
         state = self.state
         state.counters.http_requests[path] += 1
-        writer = _Writer(stream, conn, state.limits.heartbeat_timeout)
+        writer = _Writer(
+            stream, conn, state.limits.heartbeat_timeout, chunked=request.http_version != b"1.0"
+        )
         try:
             answer = await self._serve(writer, path, anthropic, request)
             if answer is not None:
@@ -558,6 +581,7 @@ class HttpApi:
         nursery: trio.Nursery,
     ) -> None:
         encoder = call.encoder()
+        limits = self.state.limits
         held: list[Any] = []
         try:
             async with self._events(call, controller) as events:
@@ -580,17 +604,17 @@ class HttpApi:
                             if cls is Finish and type(chunk.reason) in (FinishError, FinishAborted):
                                 await writer.error(api.error(chunk.reason.failure))
                                 return
-                            await writer.start_stream()
-                            nursery.start_soon(
-                                _pinger, writer, encoder, self.state.limits.ping_interval
-                            )
                             data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
+                            await writer.start_stream(data, last=type(chunk) is Finish)
+                            nursery.start_soon(_keeper, writer, encoder, controller, limits)
+                        elif type(chunk) is Finish:
+                            await writer.data(encoder.push(chunk), last=True)
                         else:
                             data = encoder.push(chunk)
-                        if data:
-                            await writer.data(data)
+                            if data:
+                                await writer.data(data)
+                            continue
                         if type(chunk) is Finish:
-                            await writer.end()
                             return
                     except _Gone:
                         controller.abort("the client stopped reading")
@@ -605,8 +629,9 @@ class HttpApi:
             if not writer.started:
                 await writer.error(api.error(failure))
             else:
-                await writer.data(encoder.push(Finish(reason=FinishError(failure=failure))))
-                await writer.end()
+                await writer.data(
+                    encoder.push(Finish(reason=FinishError(failure=failure))), last=True
+                )
 
     async def _complete(
         self, writer: _Writer, api: Api, call: Any, controller: AbortController
@@ -661,20 +686,43 @@ async def _watch_client(writer: _Writer, controller: AbortController) -> None:
             return  # a client that keeps sending is read no further
 
 
-async def _pinger(writer: _Writer, encoder: Any, seconds: float) -> None:
-    """The API's ping whenever the stream has been quiet for ``seconds``."""
+async def _keeper(
+    writer: _Writer, encoder: Any, controller: AbortController, limits: Limits
+) -> None:
+    """A started stream's two timers, sampled (the writes themselves carry none).
+
+    The API's ping once nothing was written for ``ping_interval`` (up to one
+    tick more); and when one write has made no progress for
+    ``heartbeat_timeout`` the client has stopped reading: the call is aborted
+    and the socket closed under the write, which then fails.
+    """
     ping = encoder.ping()
+    stall_after = limits.heartbeat_timeout
+    tick = min(limits.ping_interval, stall_after) / 2
+    quiet = stalled = 0.0
+    seen = writer.writes
     while True:
-        due = writer.last_write + seconds
-        if trio.current_time() < due:
-            await trio.sleep_until(due)
+        await trio.sleep(tick)
+        if writer.gone or encoder.finished:
+            return
+        if writer.busy and writer.writes == seen:
+            stalled += tick
+            if stalled >= stall_after:
+                writer.gone = True
+                controller.abort("the client stopped reading")
+                await writer.stream.aclose()
+                return
             continue
-        if encoder.finished:
-            return
-        try:
-            await writer.data(ping)
-        except _Gone:
-            return
+        stalled = 0.0
+        quiet = quiet + tick if writer.writes == seen else 0.0
+        seen = writer.writes
+        if quiet >= limits.ping_interval:
+            quiet = 0.0
+            try:
+                await writer.data(ping)
+            except _Gone:
+                return
+            seen = writer.writes
 
 
 async def _drop_input(stream: trio.SocketStream) -> None:
