@@ -157,8 +157,14 @@ retry = {{ max_retries = 0 }}
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), port
 
 
+def litellm_command() -> str | None:
+    """The ``litellm`` command beside this interpreter (a venv's), else on PATH."""
+    beside = Path(sys.executable).parent / "litellm"
+    return str(beside) if beside.exists() else shutil.which("litellm")
+
+
 def litellm_missing() -> str | None:
-    if importlib.util.find_spec("litellm") is None or shutil.which("litellm") is None:
+    if importlib.util.find_spec("litellm") is None or litellm_command() is None:
         return 'litellm: skipped, not installed (pip install "litellm[proxy]")'
     return None
 
@@ -178,7 +184,7 @@ def start_litellm(directory: Path, fast: int, slow: int) -> tuple[subprocess.Pop
     )
     port = free_port()
     command = [
-        shutil.which("litellm") or "litellm",
+        litellm_command() or "litellm",
         "--config",
         str(config),
         "--host",
