@@ -10,8 +10,9 @@ the whole module:
   answered in text), ``long`` ends at the output cap, ``stall`` sends two
   events and holds the response open, and the error words (``ratelimit``,
   ``badkey``, ``overload``, ``context``, ``broken``) get the provider's error;
-* ``llmrt serve`` as a child process, its routes ``oa`` (openai_chat) and
-  ``an`` (anthropic) on that upstream beside the built-in ``demo``, a group
+* ``llmrt serve`` as a child process, its routes ``oa`` (openai_chat),
+  ``an`` (anthropic), ``gm`` (gemini, text only) and ``rs``
+  (openai_responses, text only) on that upstream beside ``demo``, a group
   ``pool`` of ``oa``, an alias ``fast`` for ``oa/gpt-4.1-mini``, no retries.
 
 Tests talk to it with the official SDKs (sync clients: no event loop of
@@ -45,6 +46,7 @@ from llmrt.testing import (
     anthropic_events,
     open_upstream,
     openai_events,
+    sse_data,
 )
 
 STARTUP = 30.0
@@ -84,10 +86,42 @@ def _error(anthropic: bool, status: int, kind: str, message: str, **more: Any) -
     return ErrorScript(status=status, body=body, headers=more.get("headers", ()))
 
 
+def _gemini_text(texts: list[str]) -> list[bytes]:
+    events = [
+        sse_data(
+            {"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": t}]}}]}
+        )
+        for t in texts
+    ]
+    usage = {"promptTokenCount": 12, "candidatesTokenCount": len(texts), "totalTokenCount": 14}
+    done = {
+        "candidates": [{"index": 0, "content": {"parts": []}, "finishReason": "STOP"}],
+        "usageMetadata": usage,
+    }
+    return [*events, sse_data(done)]
+
+
+def _responses_text(texts: list[str]) -> list[bytes]:
+    events = [
+        sse_data({"type": "response.output_text.delta", "output_index": 0, "delta": t})
+        for t in texts
+    ]
+    usage = {"input_tokens": 12, "output_tokens": len(texts), "total_tokens": 12 + len(texts)}
+    done = {
+        "type": "response.completed",
+        "response": {"id": "resp_up", "status": "completed", "usage": usage},
+    }
+    return [*events, sse_data(done)]
+
+
 def script_for(request: RecordedRequest) -> Script | None:
     """The upstream's answer to one request (see the module docstring)."""
     if request.method != "POST":
         return None
+    if request.path.endswith(":streamGenerateContent"):
+        return SSEScript(events=_gemini_text(["Hello", " there"]))
+    if request.path == "/v1/responses":
+        return SSEScript(events=_responses_text(["Hello", " there"]))
     anthropic = request.path == "/v1/messages"
     text = _last_user_text(request)
     events: Callable[..., list[bytes]] = anthropic_events if anthropic else openai_events
@@ -140,6 +174,20 @@ route = "an"
 adapter = "anthropic"
 base_url = "{base}"
 api_key_env = "HTTP_API_TEST_AN_KEY"
+retry = {{ max_retries = 0 }}
+
+[[provider]]
+route = "gm"
+adapter = "gemini"
+base_url = "{base}"
+api_key_env = "HTTP_API_TEST_GM_KEY"
+retry = {{ max_retries = 0 }}
+
+[[provider]]
+route = "rs"
+adapter = "openai_responses"
+base_url = "{base}/v1"
+api_key_env = "HTTP_API_TEST_RS_KEY"
 retry = {{ max_retries = 0 }}
 
 [[provider]]
@@ -208,7 +256,11 @@ def served_gateway(directory: Path, *extra: str, token: str | None = None) -> It
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("LLMRT_GATEWAY_TOKEN", None)
     env.update(
-        PYTHONUNBUFFERED="1", HTTP_API_TEST_OA_KEY="sk-test-oa", HTTP_API_TEST_AN_KEY="sk-test-an"
+        PYTHONUNBUFFERED="1",
+        HTTP_API_TEST_OA_KEY="sk-test-oa",
+        HTTP_API_TEST_AN_KEY="sk-test-an",
+        HTTP_API_TEST_GM_KEY="AIzaTest-0123456789abcdef",
+        HTTP_API_TEST_RS_KEY="sk-test-rs",
     )
     if token is not None:
         env["LLMRT_GATEWAY_TOKEN"] = token

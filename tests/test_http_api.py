@@ -24,7 +24,8 @@ from _http_api_server import WEATHER, Gateway, served_gateway
 from _serving import metric
 
 ROUTES = ["oa/gpt-4.1-mini", "an/claude-sonnet-4-5"]
-ALL = ["demo/demo-1", *ROUTES]
+#: Every adapter: the gemini and openai_responses routes' upstream answers text only.
+ALL = ["demo/demo-1", *ROUTES, "gm/gemini-2.5-flash", "rs/o4-mini"]
 WEATHER_TOOL = {
     "type": "function",
     "function": {
