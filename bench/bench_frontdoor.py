@@ -181,6 +181,8 @@ def start_litellm(directory: Path, fast: int, slow: int) -> tuple[subprocess.Pop
         "model_list:\n"
         + entry.format(name="fast", port=fast, key=KEY)
         + entry.format(name="slow", port=slow, key=KEY)
+        # The proxy refuses to start without a master key; clients send it as their bearer.
+        + f"general_settings:\n  master_key: {KEY}\n"
     )
     port = free_port()
     command = [
@@ -424,6 +426,7 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(directory, ignore_errors=True)
     if "litellm" in report.get("concurrent", {}):
         mine = report["concurrent"]["llmrt"]
         theirs = report["concurrent"]["litellm"]
