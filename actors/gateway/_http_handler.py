@@ -42,6 +42,7 @@ stream gets the API's ping every ``ping_interval`` (10 s). Answers carry
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
@@ -139,6 +140,7 @@ def _llm_answer(anthropic: bool, error: LlmError) -> ErrorAnswer:
     return (MESSAGES.error if anthropic else APIS["/v1/chat/completions"].error)(error)
 
 
+@functools.cache
 def _reason(status: int) -> bytes:
     try:
         return HTTPStatus(status).phrase.encode()
@@ -200,32 +202,30 @@ class _Writer:
             raise _Gone
 
     def _head(self, status: int, headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
-        response = h11.Response(
-            status_code=status,
-            headers=[*headers, *self.extra, (b"Connection", b"close")],
-            reason=_reason(status),
-        )
-        data = self.conn.send(response)
-        assert data is not None
-        return data
+        """The response head, written here: h11's header validation is most of a
+        small request's cost, and every name and value here is the gateway's own
+        (the echoed ``Origin`` passed h11's parser and the origin policy)."""
+        lines = [b"HTTP/1.1 %d %b" % (status, _reason(status))]
+        lines.extend(name + b": " + value for name, value in headers)
+        lines.extend(name + b": " + value for name, value in self.extra)
+        lines.append(b"Connection: close")
+        return b"\r\n".join(lines) + b"\r\n\r\n"
 
     async def whole(
         self, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
     ) -> None:
-        """A complete answer: head, body, end."""
+        """A complete answer: head and body (``Content-Length``)."""
         head = self._head(
             status,
             (
                 (b"Content-Type", _JSON),
                 *_COMMON,
                 *headers,
-                (b"Content-Length", str(len(body)).encode()),
+                (b"Content-Length", b"%d" % len(body)),
             ),
         )
-        tail = self.conn.send(h11.Data(data=body)) or b"" if body else b""
-        end = self.conn.send(h11.EndOfMessage()) or b""
         self.started = True
-        await self._bounded(head + tail + end)
+        await self._bounded(head + body)
 
     async def error(self, answer: ErrorAnswer) -> None:
         headers = tuple((k.encode(), v.encode()) for k, v in answer.headers)
@@ -237,8 +237,6 @@ class _Writer:
         """The stream's head and its first events (``last``: and its end), in one write."""
         self.started = True
         framing = ((b"Transfer-Encoding", b"chunked"),) if self.chunked else ()
-        # h11 writes the head; the body is framed here from now on (the
-        # connection closes after it, so h11's state is not needed again).
         head = self._head(200, (*_SSE_HEADERS, *framing))
         await self._bounded(head + self._frame(first, last))
 
@@ -420,9 +418,8 @@ class HttpApi:
                 (b"Access-Control-Max-Age", b"600"),
             )
         head = writer._head(204, (*_COMMON, *extra, (b"Allow", _ALLOW_METHODS)))
-        end = writer.conn.send(h11.EndOfMessage()) or b""
         writer.started = True
-        await writer._send(head + end)
+        await writer._bounded(head)
 
     async def _body(
         self, writer: _Writer, anthropic: bool, request: h11.Request
