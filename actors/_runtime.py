@@ -543,6 +543,10 @@ class LlmRuntime:
             for name, plan in plans.items()
         )
 
+    def group_names(self) -> tuple[str, ...]:
+        """The routing groups' names (providers served by `register_groups`), as registered."""
+        return tuple(self._core.router.plans)
+
     def _route(self, provider: str) -> Route:
         route = self._core.registry.topology.routes.get(provider)
         if route is None:

@@ -213,6 +213,26 @@ SUITES: tuple[Suite, ...] = (
         check=check_asyncio,
     ),
     Suite(
+        "frontdoor",
+        "bench_frontdoor.py",
+        "Chat Completions over llmrt serve beside LiteLLM proxy and direct: TTFT added, "
+        "streams/s at 100 concurrent, CPU per stream, disconnect -> upstream close",
+        (),
+        ("--quick",),
+        "frontdoor.json",
+        "frontdoor-quick.json",
+        quick_sizes={
+            "sequential": 10,
+            "concurrency": 10,
+            "phase_seconds": 0.5,
+            "rounds": 1,
+            "disconnects": 5,
+            "chunks": 20,
+            "delay": 0.005,
+        },
+        aliases=("front-door", "http-api"),
+    ),
+    Suite(
         "gateway",
         "bench_gateway.py",
         "chunks through the websocket gateway, multiplexing, latency, abort frames",

@@ -147,3 +147,41 @@ async def test_nginx_spreads_300_clients_and_a_killed_gateway_loses_only_its_own
             return upstream == [0, 0] and await active_connections(nginx) == 1
 
         await poll(all_closed, within=15)
+
+
+async def test_an_http_api_stream_passes_through_nginx_as_it_comes(tmp_path: Path) -> None:
+    # docs/deploy.md's location block (proxy_buffering off) in front of one gateway; the
+    # route streams 10 tokens a second, so a buffering proxy would hold every event back.
+    config = slow_demo_config(tmp_path, tokens_per_second=10)
+    async with AsyncExitStack() as stack:
+        gateway = await stack.enter_async_context(serving("--config", str(config)))
+        port = await gateway.port()
+        nginx = await stack.enter_async_context(running_nginx([port], tmp_path))
+        body = (
+            b'{"model": "slow/demo-1", "stream": true, '
+            b'"messages": [{"role": "user", "content": "hello hello"}]}'
+        )
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{nginx.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        with trio.fail_after(60):
+            stream = await trio.open_tcp_stream("127.0.0.1", nginx.port)
+            async with stream:
+                await stream.send_all(head.encode() + body)
+                data = b""
+                while b"data: {" not in data:
+                    chunk = await stream.receive_some(65536)
+                    assert chunk, data
+                    data += chunk
+                # The first event is through while the call still runs upstream.
+                _, page = await http_get(port, "/metrics")
+                assert metric(page, "llmrt_calls_in_flight", provider="slow") == 1
+                assert data.startswith(b"HTTP/1.1 200")
+                assert b"text/event-stream" in data
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+        assert b"data: [DONE]" in data
+        _, page = await http_get(port, "/metrics")
+        assert metric(page, "llmrt_calls_in_flight", provider="slow") == 0

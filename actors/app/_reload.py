@@ -238,6 +238,7 @@ class ServedConfig:
             for table, differs in (
                 ("gateway", new.gateway != old.gateway),
                 ("call_log", new.call_log != old.call_log),
+                ("aliases", new.aliases != old.aliases),
             )
             if differs
         )

@@ -121,6 +121,8 @@ class GatewayState:
     #: The expected bearer token; never printed.
     token: bytes | None = attrs.field(repr=False)
     connections: set[Connection] = attrs.field(factory=set)
+    #: The live calls of the HTTP APIs (`_http_handler`), by their abort controllers.
+    http_calls: set[AbortController] = attrs.field(factory=set)
     #: Connections accepted or being handshaken (what ``max_connections`` bounds).
     admitted: int = 0
     live: int = 0
@@ -186,7 +188,12 @@ class GatewayState:
 
     def connection_ended(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        if self.stopping.is_set() and not self.connections:
+        if self.stopping.is_set() and not self.connections and not self.http_calls:
+            self.all_gone.set()
+
+    def http_call_ended(self, controller: AbortController) -> None:
+        self.http_calls.discard(controller)
+        if self.stopping.is_set() and not self.connections and not self.http_calls:
             self.all_gone.set()
 
 

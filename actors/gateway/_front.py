@@ -48,7 +48,7 @@ import logging
 import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import h11
@@ -57,6 +57,9 @@ import trio
 from ._admission import Admission, Ticket
 from ._counters import GatewayCounters, RefusalCause
 from ._protocol import bearer_from_headers, token_matches
+
+if TYPE_CHECKING:
+    from ._http_handler import HttpApi
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -285,6 +288,8 @@ class FrontDoor:
     page: bytes | None
     counters: GatewayCounters
     metrics_token: bytes | None = attrs.field(default=None, repr=False)
+    #: The provider APIs (``POST /v1/chat/completions``, ...; `_http_handler`), if served.
+    api: HttpApi | None = None
     _page_headers: tuple[tuple[bytes, bytes], ...] = attrs.field(init=False)
     _page_hashes: tuple[str, str] = attrs.field(init=False)
 
@@ -542,6 +547,7 @@ async def serve_stream(
     answer: Answer | None = None
     head_only = False
     answered = handed_over = False
+    api_request: h11.Request | None = None
 
     def received(size: int) -> None:
         for victim in admission.received(ticket, size):
@@ -568,6 +574,8 @@ async def serve_stream(
                         handed_over = True
                     else:
                         front.counters.refused(RefusalCause.MALFORMED)
+                elif front.api is not None and front.api.claims(request.target):
+                    api_request = request  # served below, past the head's time bound
                 else:
                     answer = await front.answer(request.method, request.target, request.headers)
             if answer is not None:
@@ -575,6 +583,9 @@ async def serve_stream(
                     await stream.send_all(piece)
                 answered = True
                 await _linger(stream)
+        if api_request is not None and front.api is not None:
+            await front.api.serve(stream, conn, api_request)
+            return
         if ticket.shed is not None and not answered and not handed_over:
             front.counters.refused(RefusalCause.PRE_HEAD)
             ticket.closed_shed = True

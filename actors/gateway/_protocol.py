@@ -198,6 +198,15 @@ class Limits:
     #: With ``discover_any_url``: whether a client-named URL may reach loopback,
     #: private and link-local addresses (off: refused, however the host resolves).
     discover_allow_private: bool = False
+    #: The HTTP APIs (``POST /v1/chat/completions``, ...): the largest request
+    #: body (a larger one is answered 413), and the seconds the whole body may
+    #: take to arrive after its head (408 past it). Not announced: websocket
+    #: clients never send one.
+    max_body_bytes: int = 16 << 20
+    body_timeout: float = 30.0
+    #: A started HTTP API stream quiet for this long gets the API's ping
+    #: (Messages: a ``ping`` event; the OpenAI APIs: an SSE comment).
+    ping_interval: float = 10.0
 
     @property
     def outbound(self) -> OutboundPolicy:
@@ -219,6 +228,7 @@ class Limits:
             "max_pre_head_bytes",
             "metadata_burst",
             "metadata_per_peer_burst",
+            "max_body_bytes",
         ):
             _positive(name, getattr(self, name), integer=True)
         for name in (
@@ -231,6 +241,8 @@ class Limits:
             "idle_timeout",
             "metadata_per_second",
             "metadata_per_peer_per_second",
+            "body_timeout",
+            "ping_interval",
         ):
             _positive(name, getattr(self, name))
         ttl = self.model_list_ttl

@@ -35,7 +35,7 @@ import ipaddress
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from importlib import resources
 
@@ -64,6 +64,7 @@ from ._front import (
     send_early_answer,
     serve_stream,
 )
+from ._http_handler import HttpApi
 from ._listen import open_reuseport_listeners, serve_accepting
 from ._metrics import Figures, GatewayMetrics, Render
 from ._origin import LogThrottle, OriginPolicy, Refusal
@@ -440,6 +441,14 @@ class _Doorman:
             )
 
 
+async def _abort_http_after_grace(state: GatewayState) -> None:
+    """HTTP API calls still running after the grace period end ``aborted`` (the
+    websocket connections do the same for theirs, `Connection._watch_shutdown`)."""
+    await trio.sleep(state.grace)
+    for controller in list(state.http_calls):
+        controller.abort("the gateway is shutting down")
+
+
 def _bound_address(listener: trio.SocketListener) -> tuple[str, int]:
     host, port, *_ = listener.socket.getsockname()
     return str(host), int(port)
@@ -458,6 +467,7 @@ async def serve_gateway(
     metrics_render: Render | None = None,
     metrics_auth: str = "open",
     reload: Reload | None = None,
+    aliases: Mapping[str, str] | None = None,
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -488,6 +498,8 @@ async def serve_gateway(
     ``reload``: what a ``reload`` frame runs (``llmrt serve`` reads its
     configuration file again; docs/configuration.md); without it, or without
     a ``token``, the frame is refused.
+    ``aliases``: bare model names the HTTP APIs resolve (``[aliases]`` of
+    llmrt.toml: ``{"gpt-5": "openai/gpt-5"}``); see ``docs/http-api.md``.
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -501,6 +513,7 @@ async def serve_gateway(
     ``"token"`` (or is ``"token"`` without a token); `OSError` when binding fails.
     """
     limits = limits if limits is not None else Limits()
+    aliases = aliases if aliases is not None else {}
     check_metrics_auth(metrics_auth, token=token is not None)
     if token is not None and (not token or any(c.isspace() for c in token)):
         raise ValueError("the gateway token must be non-empty and hold no whitespace")
@@ -533,6 +546,7 @@ async def serve_gateway(
         page=_load_playground(),
         counters=state.counters,
         metrics_token=state.token if metrics_auth == "token" else None,
+        api=HttpApi(state, aliases=dict(aliases)),
     )
     conns_done = trio.Event()
     listener = trio.CancelScope()
@@ -581,10 +595,13 @@ async def serve_gateway(
                     with trio.CancelScope(shield=True):
                         listener.cancel()
                         state.stopping.set()
-                        if state.connections:
+                        if state.connections or state.http_calls:
                             bound_time = state.grace + limits.close_timeout + _SHUTDOWN_SLACK
                             with trio.move_on_after(bound_time):
-                                await state.all_gone.wait()
+                                async with trio.open_nursery() as stopping:
+                                    stopping.start_soon(_abort_http_after_grace, state)
+                                    await state.all_gone.wait()
+                                    stopping.cancel_scope.cancel()
                         conns_done.set()
         except BaseExceptionGroup as group:
             # Only the body raises (binding fails; the listener and connection

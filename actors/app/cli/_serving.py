@@ -52,6 +52,8 @@ class ServeOptions(TypedDict):
     allow_origin: tuple[str, ...]
     limits: Limits
     metrics_auth: str
+    #: ``[aliases]``: the bare model names the HTTP APIs resolve.
+    aliases: dict[str, str]
 
 
 def serve_options(
@@ -69,6 +71,7 @@ def serve_options(
         allow_origin=(*config.gateway.allow_origin, *args.allow_origin),
         limits=gateway_limits(args, config.gateway),
         metrics_auth=metrics_auth,
+        aliases=dict(config.aliases),
     )
 
 
@@ -117,6 +120,8 @@ def gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:
         "metadata_per_peer_per_second",
         "metadata_per_peer_burst",
         "model_list_ttl",
+        "max_body_bytes",
+        "body_timeout",
     ):
         value = getattr(args, name, None)
         if value is None:

@@ -88,6 +88,9 @@ class GatewayTable(_Table, frozen=True):
     model_list_ttl: _NonNegativeFloat | None = None
     #: Who may read ``/metrics``: anyone (``"open"``) or holders of the gateway token.
     metrics_auth: Literal["open", "token"] | None = None
+    #: The largest HTTP API request body, and the seconds its whole body may take to arrive.
+    max_body_bytes: _Positive | None = None
+    body_timeout: _PositiveFloat | None = None
 
 
 class PriceEntry(_Table, frozen=True):
@@ -123,6 +126,8 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             ("call_log", CallLogSettings | None, None),
             # Prices that override or add to genai-prices' (``[[price]]``).
             ("price", tuple[PriceEntry, ...], ()),
+            # ``[aliases]``: bare model names the HTTP APIs resolve (``"gpt-5" = "openai/gpt-5"``).
+            ("aliases", dict[str, str], msgspec.field(default_factory=dict)),
         ],
         bases=(_Table,),
         frozen=True,

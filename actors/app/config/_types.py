@@ -174,6 +174,8 @@ class Config:
     call_log: CallLogSettings | None = None
     #: The price table (``[[price]]``): (route, model) to its price, in the file's order.
     prices: Mapping[tuple[str, str], ModelPrice] = attrs.field(factory=dict)
+    #: ``[aliases]``: a bare model name -> ``provider/model`` (the HTTP APIs' model names).
+    aliases: Mapping[str, str] = attrs.field(factory=dict)
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""

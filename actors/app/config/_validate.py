@@ -114,6 +114,7 @@ def validate_config(
     routing = RoutingSettings()
     call_log = None
     prices: dict[tuple[str, str], ModelPrice] = {}
+    aliases: dict[str, str] = {}
     table = None
     if text is not None:
         table = _parse(text, ctx)
@@ -131,6 +132,7 @@ def validate_config(
         if call_log is not None and not call_log.directory:
             raise ctx.error(("call_log",), "[call_log] needs a directory")
         prices = _check_prices(ctx, table.price, names)
+        aliases = _check_aliases(ctx, table.aliases, names | {group.name for group in groups})
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and environ.get(spec.api_key_env)
     )
@@ -145,6 +147,7 @@ def validate_config(
         routing=routing,
         call_log=call_log,
         prices=prices,
+        aliases=aliases,
     )
 
 
@@ -175,6 +178,25 @@ def _check_prices(
             reasoning_mtok=entry.reasoning_mtok,
         )
     return prices
+
+
+def _check_aliases(ctx: _Context, table: Mapping[str, str], providers: set[str]) -> dict[str, str]:
+    """``[aliases]``: each a bare name (no ``/``) naming ``provider/model`` of a known provider."""
+    for name, target in table.items():
+        at = ("aliases", name)
+        if not name or "/" in name or name != name.strip():
+            raise ctx.error(at, f"an alias is a bare model name without `/`, got {name!r}")
+        provider, slash, model = target.partition("/")
+        if not slash or not provider or not model:
+            raise ctx.error(at, f"an alias names `provider/model`, got {target!r}")
+        if provider not in providers:
+            known = ", ".join(sorted(providers)[:20]) or "none"
+            raise ctx.error(
+                at,
+                f"the alias {name!r} names the provider {provider!r}, which is neither a "
+                f"route nor a group of this configuration (known: {known})",
+            )
+    return dict(table)
 
 
 def _parse(text: str, ctx: _Context) -> Any:

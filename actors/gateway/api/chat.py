@@ -97,6 +97,9 @@ class _ToolCall(_Strict):
     id: str
     function: _Function
     type: Literal["function"] = "function"
+    #: The stream's position of the call: the openai SDK's stream accumulator keeps
+    #: it on the message, which clients send back as it is. The list order rules.
+    index: int | None = None
 
 
 class _System(_Strict, tag_field="role", tag="system"):

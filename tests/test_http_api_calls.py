@@ -1,0 +1,155 @@
+"""The HTTP APIs' calls behave as websocket calls do: pings, aborts, backpressure, traces, retries.
+
+A gateway in the test's loop serves a scripted route (`_http_wire`); raw
+loopback clients drive it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+from _api_support import sse_events, text_script
+from _http_wire import (
+    BIG,
+    PRODUCED,
+    api_gateway,
+    chat_body,
+    exchange,
+    messages_body,
+    read_reply,
+    request_bytes,
+    responses_body,
+)
+from _settle import wait_until
+
+from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, LlmFailure, NormalRetryPolicy
+from llmrt.actors._tracecontext import TRACEPARENT
+from llmrt.actors.gateway import Limits
+
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+PATHS = {
+    "chat": ("/v1/chat/completions", chat_body),
+    "responses": ("/v1/responses", responses_body),
+    "messages": ("/v1/messages", messages_body),
+}
+
+
+async def test_a_quiet_messages_stream_gets_ping_events() -> None:
+    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
+    async with api_gateway(limits) as (server, _, _):
+        body = messages_body("quiet", stream=True)
+        reply = await exchange(server.port, request_bytes("/v1/messages", body))
+    names = [name for name, _ in sse_events(reply.body)]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert "ping" in names  # during the second of silence
+
+
+async def test_a_quiet_openai_stream_gets_comments() -> None:
+    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
+    async with api_gateway(limits) as (server, _, _):
+        body = chat_body("quiet", stream=True)
+        reply = await exchange(server.port, request_bytes("/v1/chat/completions", body))
+    assert b"\n\n: ping\n\n" in reply.body
+    assert reply.body.endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("api", PATHS)
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_client_gone_before_the_first_byte_aborts_the_call(api: str, stream: bool) -> None:
+    path, body_of = PATHS[api]
+    async with api_gateway() as (server, rt, adapter):
+        with trio.fail_after(10):
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            body = body_of("late", stream=stream)
+            await conn.send_all(request_bytes(path, body))
+            await wait_until(lambda: adapter.open_streams == 1)
+            await conn.aclose()  # nothing was answered yet
+            await wait_until(lambda: adapter.open_streams == 0)
+            await wait_until(lambda: rt.statistics().calls_finished.get("aborted", 0) == 1)
+        assert server.live_requests == 0
+
+
+async def test_a_slow_reader_holds_the_upstream_back() -> None:
+    PRODUCED[0] = 0
+    limits = Limits(shutdown_grace=0.2, heartbeat_timeout=30)
+    async with api_gateway(limits) as (server, rt, _adapter):
+        with trio.fail_after(30):
+            sock = trio.socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await sock.connect(("127.0.0.1", server.port))
+            async with trio.SocketStream(sock) as stream:
+                await stream.send_all(
+                    request_bytes("/v1/chat/completions", chat_body("big", stream=True))
+                )
+                await wait_until(lambda: PRODUCED[0] > 0)
+                # Unread, the socket buffers fill and the adapter is held far short of the end.
+                await trio.sleep(0.5)
+                held = PRODUCED[0]
+                assert held < BIG // 2
+                received = 0
+                while data := await stream.receive_some(65536):
+                    received += len(data)
+            assert PRODUCED[0] == BIG  # once read, everything came through
+            assert received > BIG * 1024
+            await wait_until(lambda: rt.statistics().calls_finished.get("stop", 0) == 1)
+
+
+async def test_traceparent_reaches_the_call() -> None:
+    seen: list[str | None] = []
+
+    def middleware(request: GenerateOptions, next: Callable[[GenerateOptions], Any]) -> Any:
+        seen.append(TRACEPARENT.get(None))
+        return next(request)
+
+    async with api_gateway(middleware=middleware) as (server, _, _):
+        headers = (("traceparent", TRACE),)
+        reply = await exchange(
+            server.port, request_bytes("/v1/chat/completions", chat_body(), headers=headers)
+        )
+        assert reply.status == 200
+        # An invalid one is ignored (W3C Trace Context): the call runs untraced.
+        headers = (("traceparent", "00-zz-bad-01"),)
+        reply = await exchange(
+            server.port, request_bytes("/v1/messages", messages_body(), headers=headers)
+        )
+        assert reply.status == 200
+    assert seen == [TRACE, None]
+
+
+async def test_the_routes_retry_policy_applies_before_the_first_output() -> None:
+    calls = [0]
+    failure = LlmFailure(message="busy", code=ErrorCode.OVERLOADED)
+
+    def script(options: GenerateOptions) -> list[Any]:
+        calls[0] += 1
+        if calls[0] == 1:
+            return [Finish(reason=FinishError(failure=failure))]
+        return text_script()
+
+    policy = NormalRetryPolicy(max_retries=2, initial_delay_ms=1, max_delay_ms=1)
+    async with api_gateway(script=script, retry_policy=policy) as (server, rt, _):
+        reply = await exchange(server.port, request_bytes("/v1/responses", responses_body()))
+        assert reply.status == 200
+        assert reply.json()["output"][0]["content"][0]["text"] == "Hello there"
+        assert calls[0] == 2
+        assert rt.statistics().retries_by_code == {"OVERLOADED": 1}
+
+
+async def test_shutdown_gives_http_calls_the_grace_then_aborts_them() -> None:
+    async with api_gateway(Limits(shutdown_grace=0.2)) as (server, _rt, adapter):
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with stream:
+                await stream.send_all(
+                    request_bytes("/v1/messages", messages_body("stall", stream=True))
+                )
+                await wait_until(lambda: adapter.open_streams == 1)
+                await server.aclose()
+                reply = await read_reply(stream)
+    events = sse_events(reply.body)
+    assert events[-1][0] == "error"  # the in-stream error: the call was aborted
+    assert adapter.open_streams == 0
