@@ -107,7 +107,9 @@ class Machine:
         (self.venv / "bin").mkdir(parents=True)
         shutil.copy(self.bin.parent / "venv-python", self.venv / "bin" / "python")
 
-    def run(self, *args: str, jobs: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, jobs: str | None = None, **environ: str
+    ) -> subprocess.CompletedProcess[str]:
         env = {
             "PATH": str(self.bin),
             "HOME": str(self.bin.parent),
@@ -117,6 +119,7 @@ class Machine:
         }
         if jobs is not None:
             env["LLMRT_TEST_JOBS"] = jobs
+        env.update(environ)
         bash = shutil.which("bash")
         assert bash is not None
         return subprocess.run(
@@ -246,3 +249,32 @@ def test_pytest_runs_on_test_jobs_processes_unless_the_caller_chooses(
     result = machine.run(*args, jobs=jobs)
     assert result.returncode == 0, result
     assert machine.calls()[-1] == f"venv-python -m pytest {pytest}"
+
+
+@pytest.mark.parametrize(
+    ("environ", "seen"),
+    [
+        ({}, "unset unset"),
+        ({"PYTHONDONTWRITEBYTECODE": "1"}, "unset {venv}/pycache"),
+        ({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/c"}, "unset /c"),
+        ({"PYTHONPYCACHEPREFIX": "/c"}, "unset /c"),
+    ],
+    ids=["plain", "dont-write", "dont-write-with-prefix", "prefix"],
+)
+def test_pytest_runs_with_a_bytecode_cache_never_beside_the_sources_when_told_not_to(
+    tmp_path: pathlib.Path, environ: dict[str, str], seen: str
+) -> None:
+    machine = Machine(tmp_path, uid=0, installed=set(COMMANDS), sudo=False)
+    machine.make_venv()
+    python = machine.venv / "bin" / "python"
+    python.write_text(
+        python.read_text(encoding="utf-8").replace(
+            'echo "venv-python $*"',
+            'echo "venv-python $* (${PYTHONDONTWRITEBYTECODE-unset} ${PYTHONPYCACHEPREFIX-unset})"',
+        ),
+        encoding="utf-8",
+    )
+    result = machine.run("-q", **environ)
+    assert result.returncode == 0, result
+    expected = seen.format(venv=machine.venv)
+    assert machine.calls()[-1] == f"venv-python -m pytest -n 2 --dist loadfile -q ({expected})"
