@@ -7,6 +7,7 @@ from ._call import Middleware as Middleware
 from ._call import Next as Next
 from ._misuse import CallNotEnteredError as CallNotEnteredError
 from ._misuse import NotInTrioError as NotInTrioError
+from ._pricing import ModelPrice as ModelPrice
 from ._registry import DirectoryHandle as DirectoryHandle
 from ._registry import DiscoveryHandle as DiscoveryHandle
 from ._registry import RegistrationHandle as RegistrationHandle
@@ -18,6 +19,7 @@ from ._statistics import ConnectionPool as ConnectionPool
 from ._statistics import FinishedCount as FinishedCount
 from ._statistics import GatewayStatistics as GatewayStatistics
 from ._statistics import HistogramSnapshot as HistogramSnapshot
+from ._statistics import ModelCost as ModelCost
 from ._statistics import ModelHistogram as ModelHistogram
 from ._statistics import ProviderStatistics as ProviderStatistics
 from ._statistics import RuntimeStatistics as RuntimeStatistics
@@ -35,7 +37,9 @@ __all__ = [
     "HistogramSnapshot",
     "LlmRuntime",
     "Middleware",
+    "ModelCost",
     "ModelHistogram",
+    "ModelPrice",
     "Next",
     "NotInTrioError",
     "PreparedCall",

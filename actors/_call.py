@@ -72,12 +72,14 @@ from ._prepare import (
     resolve_config,
     validated_model_info,
 )
+from ._pricing import Pricer
 from ._registration import Registration
 from ._secrets import HeldSecrets
 from ._stats import CallSeries
 from ._stopper import Stopper
 from ._topology import Route
 from ._watchdog import Entry, Watchdog
+from .call_log import CallLog, CallRecorder
 
 __all__ = [
     "Call",
@@ -169,6 +171,10 @@ class CallHost(Protocol):
     stopper: Stopper
     #: Secrets the process holds beyond the adapters' keys, removed from every failure.
     secrets: HeldSecrets
+    #: Where calls are recorded (None: the call log is off).
+    call_log: CallLog | None
+    #: Prices each ``usage`` chunk (`_pricing.Pricer.priced`).
+    pricer: Pricer
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -290,6 +296,9 @@ class Call:
     _closers: list[Callable[[], None]] | None = attrs.field(default=None, init=False)
     #: True once the runtime's `Stopper` counts this call's stop (its task ending counts it out).
     _stop_counted: bool = attrs.field(default=False, init=False)
+    #: The call log's record of this call, from the hand-off to the adapter (None: not logged).
+    _record: CallRecorder | None = attrs.field(default=None, init=False)
+    _log_id: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
@@ -314,6 +323,13 @@ class Call:
         if series is None:
             return (self.options.provider, self.options.model)
         return (series.provider, series.model)
+
+    @property
+    def log_id(self) -> str | None:
+        """The id of this call's record in the call log (None: the log is off)."""
+        if self._log_id is None and self._core.call_log is not None:
+            self._log_id = self._core.call_log.new_id()
+        return self._log_id
 
     @property
     def adapter_error(self) -> Exception | None:
@@ -546,17 +562,26 @@ class Call:
                             finish = opened
                         else:
                             source = opened
+                            record = None if self._chained else self._record
+                            raw = None if record is None else record.raw
                             async for chunk in source:
                                 self._watch_last = clock.current_time()
                                 if self._cause is not None:
                                     break
+                                if raw is not None:  # the call log: time, chunk
+                                    raw.append(self._watch_last)
+                                    raw.append(chunk)
                                 cls = type(chunk)
                                 if cls is Finish:
                                     finish = chunk  # type: ignore[assignment]
                                     break
                                 if cls in _CONTENT:
                                     saw_block = True
-                                elif cls is not UsageChunk:
+                                elif cls is UsageChunk:
+                                    chunk = core.pricer.priced(core, series, self.options, chunk)
+                                    if raw is not None:
+                                        raw[-1] = chunk  # the call log keeps the price too
+                                else:
                                     finish = _not_a_chunk(cls)
                                     break
                                 if not forwarded:
@@ -579,6 +604,8 @@ class Call:
                 core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
                 item = self._outcome(finish, failed, raised, saw_block)
                 middleware_failed = type(item) is _Raise
+                if self._record is not None:
+                    self._record.end(item)  # the call log: the record is handed over
             if not box.put_nowait(item):
                 await box.put(item)
             if type(item) is Finish:
@@ -727,6 +754,12 @@ class Call:
         if isinstance(selected, Finish):
             return selected
         adapter, options = selected
+        log = self._core.call_log
+        if log is not None and self.log_id is not None and self._registration is not None:
+            # The call log: the request exactly as the adapter receives it.
+            self._record = log.begin(
+                self.log_id, options, self._registration.id, adapter, self._watch_last
+            )
         try:
             refusal = refuse_unsupported(adapter, options)
             if refusal is None:
@@ -751,8 +784,12 @@ class Call:
         if isinstance(source, Finish):
             yield source
             return
+        raw = None if self._record is None else self._record.raw
         try:
             async for chunk in source:
+                if raw is not None:  # the call log: the adapter's chunk, before any middleware
+                    raw.append(trio.current_time())
+                    raw.append(chunk)
                 # The adapter's own finish is redacted before any middleware sees it.
                 yield self._scrub_finish(chunk) if type(chunk) is Finish else chunk
         except Exception as exc:

@@ -22,10 +22,14 @@ import trio
 
 __all__ = [
     "CallNotEnteredError",
+    "ConcurrentIterationError",
+    "NotInAsyncioError",
     "NotInTrioError",
     "STREAM_FORM",
     "RETRY_FORM",
+    "concurrent_iteration",
     "not_entered",
+    "not_in_asyncio",
     "not_in_trio",
     "require_trio",
 ]
@@ -88,3 +92,42 @@ def require_trio(api: str) -> None:
         trio.lowlevel.current_task()
     except RuntimeError:
         raise not_in_trio(api) from None
+
+
+class NotInAsyncioError(RuntimeError):
+    """``llmrt.aio`` was used outside a running asyncio loop (trio programs use ``llmrt``)."""
+
+    code = "NOT_IN_ASYNCIO"
+
+
+class ConcurrentIterationError(RuntimeError):
+    """One call's chunks were awaited by two tasks at once: one task consumes a call."""
+
+    code = "CONCURRENT_ITERATION"
+
+
+NotInAsyncioError.__module__ = ConcurrentIterationError.__module__ = "llmrt.aio"
+
+
+def not_in_asyncio(api: str) -> NotInAsyncioError:
+    """The error for using ``api`` (e.g. ``"llmrt.aio.open_runtime()"``) outside asyncio."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        where = "outside a running asyncio loop"
+    else:
+        return NotInAsyncioError(
+            f"{api} is llmrt's asyncio API, used here from trio: trio programs use "
+            "`async with llmrt.open_runtime() as rt:` directly"
+        )
+    return NotInAsyncioError(
+        f"{api} must run inside a running asyncio loop (`asyncio.run(main())`); it was used {where}"
+    )
+
+
+def concurrent_iteration(api: str) -> ConcurrentIterationError:
+    """The error for a second task awaiting ``api`` while another one waits on it."""
+    return ConcurrentIterationError(
+        f"two tasks are reading one call at once ({api}): a call has one consumer; "
+        "hand its chunks to other tasks through a queue"
+    )

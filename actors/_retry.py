@@ -47,6 +47,7 @@ from llmrt._validate import invalid_reason
 from ._abort import AbortSignal
 from ._call import aborted_message
 from ._misuse import RETRY_FORM, not_entered, not_in_trio
+from .call_log import RetryAttemptRecord, _summary
 
 __all__ = [
     "Attempt",
@@ -163,6 +164,18 @@ class RetryCall:
     _abort: FinishAborted | None = attrs.field(default=None, init=False)
     _sleep: trio.CancelScope | None = attrs.field(default=None, init=False)
     _ended: bool = attrs.field(default=False, init=False)
+    #: The call log's record of the attempts (None: off, or none ended yet).
+    _logged: list[RetryAttemptRecord] | None = attrs.field(default=None, init=False)
+    _log_id: str | None = attrs.field(default=None, init=False)
+    _log_at: float = attrs.field(default=0.0, init=False)
+
+    @property
+    def log_id(self) -> str | None:
+        """The id of this call's ``retry`` record in the call log (None: the log is off)."""
+        log = _summary.log_of(self._core)
+        if self._log_id is None and log is not None:
+            self._log_id, self._log_at = log.new_id(), _summary.now()
+        return self._log_id
 
     @property
     def policy(self) -> ResolvedRetryPolicy:
@@ -220,6 +233,11 @@ class RetryCall:
                     max_retry_after_ms=self._max_retry_after_ms,
                 )
             if delay is not None:
+                if _summary.log_of(self._core) is not None:
+                    code = str(reason.failure.code)
+                    self._logged = _summary.retried(
+                        self._logged, self.attempt, self._call, code, delay
+                    )
                 await self._end_attempt()
                 self._pending_delay = delay
                 self._core.retry_scheduled(str(reason.failure.code))
@@ -228,11 +246,19 @@ class RetryCall:
 
     def _final(self, chunk: Finish) -> AttemptChunk:
         self._ended = True
+        log = _summary.log_of(self._core)
+        if log is not None and self.log_id is not None:
+            logged = self._logged
+            if self.attempt:
+                logged = _summary.retried(logged, self.attempt, self._call, None, None)
+            _summary.retry_ended(log, self.log_id, self._log_at, self.options, logged, chunk)
         self._core.retry_ended(max(self.attempt, 1))
         return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
 
     async def _start_attempt(self) -> None:
         self.attempt += 1
+        if self.attempt == 1:
+            self.log_id  # noqa: B018  # the call log: the record's time is the call's start
         self._output = False
         # Kept only once entered: a call whose start was cancelled has nothing to stop.
         self._call = await self._start(self.options, self._signal).__aenter__()

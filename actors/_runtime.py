@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -51,6 +52,7 @@ from ._prepare import (
     validated_model_info,
     validated_model_list,
 )
+from ._pricing import ModelPrice, Pricer, PriceTable
 from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
@@ -65,6 +67,7 @@ from ._stats import CallSeries, StatsCounters
 from ._stopper import Stopper
 from ._topology import Discover, Route, Topology
 from ._watchdog import Watchdog
+from .call_log import CallLog, CallLogSettings, CallLogSink, JsonLinesSink
 from .routing import Group, GroupsHandle, RoutedCall, RoutingSettings, Strategy
 from .routing._handle import register_groups
 from .routing._router import Router
@@ -127,6 +130,10 @@ class RuntimeCore:
     stopper: Stopper = attrs.field(factory=Stopper)
     #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
+    #: The call log (None: off, the default).
+    call_log: CallLog | None = None
+    #: Prices calls: the price table, then genai-prices (docs/operations.md, "Prices").
+    pricer: Pricer = attrs.field(factory=Pricer)
     calls: set[Call] = attrs.field(factory=set)
     #: Routes' model lists, for asks that accept a kept one (`LlmRuntime.list_models`).
     model_lists: ModelListCache = attrs.field(factory=ModelListCache)
@@ -227,6 +234,8 @@ class RuntimeCore:
         stats.watchdog_firings = self.watchdog.firings
         pools = _connection_pools(self.registry.topology)
         snapshot = stats.snapshot(self.registry.registration_count, pools)
+        if self.call_log is not None:
+            snapshot = msgspec.structs.replace(snapshot, call_log=self.call_log.statistics())
         if not self.router.plans:
             return snapshot
         return msgspec.structs.replace(snapshot, routing=self.router.statistics())
@@ -441,6 +450,22 @@ class LlmRuntime:
     def statistics(self) -> RuntimeStatistics:
         """An immutable snapshot of the runtime's counters (and the adapters' pools, now)."""
         return self._core.statistics()
+
+    def set_prices(self, table: PriceTable) -> None:
+        """Price later calls by ``table`` first: (route, model) pairs to a `ModelPrice`.
+
+        It replaces the table set before (``[[price]]`` in ``llmrt.toml`` is
+        one); models not in it are priced by genai-prices when the
+        ``llmrt[prices]`` extra is installed (docs/operations.md, "Prices").
+        Raises `TypeError` for a key that is not a (route, model) pair and
+        `msgspec.ValidationError` for a negative rate.
+        """
+        self._core.pricer.set_table(table)
+
+    @property
+    def prices(self) -> Mapping[tuple[str, str], ModelPrice]:
+        """The price table set with `set_prices` (a copy)."""
+        return self._core.pricer.table
 
     def redacting(self, secrets: Iterable[str | None]) -> AbstractContextManager[None]:
         """A ``with`` block during which ``secrets`` are removed from every call's failure.
@@ -750,6 +775,27 @@ def retry_policy_of(call: Call | RoutedCall) -> ResolvedRetryPolicy | None:
     return call.retry_policy
 
 
+def _call_log(
+    given: CallLogSettings | CallLogSink | str | os.PathLike[str] | None,
+) -> CallLog | None:
+    """The runtime's call log for ``open_runtime(call_log=...)`` (None: off)."""
+    if given is None:
+        return None
+    if isinstance(given, str | os.PathLike):
+        given = CallLogSettings(directory=os.fspath(given))
+    if isinstance(given, CallLogSettings):
+        if given.directory is None:
+            raise ValueError("call_log settings need a directory")
+        sink = JsonLinesSink(given.directory, given.max_file_bytes, given.max_total_bytes)
+        return CallLog(sink, queue_size=given.queue, max_record_bytes=given.max_record_bytes)
+    if isinstance(given, CallLogSink):
+        return CallLog(given)
+    raise TypeError(
+        "call_log must be a directory, CallLogSettings or a CallLogSink, "
+        f"not {type(given).__name__}"
+    )
+
+
 @asynccontextmanager
 async def open_runtime(
     *,
@@ -758,6 +804,7 @@ async def open_runtime(
     shutdown_grace: float = 5.0,
     channel_size: int = 256,
     image_attachments: ImageAttachments | None = None,
+    call_log: CallLogSettings | CallLogSink | str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[LlmRuntime]:
     """Open a runtime: its nursery, registry actor and watchdog; yield the `LlmRuntime`.
 
@@ -769,6 +816,8 @@ async def open_runtime(
     ``image_attachments``: the host's image store, through which durable image
     attachments become request versions (see docs/images.md); without one, a
     request with a durable image ends with ``INVALID_REQUEST``.
+    ``call_log``: record every call (docs/call-log.md): a directory for JSON
+    Lines files, `CallLogSettings`, or any `CallLogSink`; None (the default): off.
     """
     require_trio("llmrt.open_runtime()")
     idle = _check_timeout("stream_idle_timeout", stream_idle_timeout)
@@ -778,6 +827,7 @@ async def open_runtime(
         raise ValueError(f"channel_size must be a positive integer, got {channel_size!r}")
     if image_attachments is not None and not isinstance(image_attachments, ImageAttachments):
         raise TypeError("image_attachments must be an llmrt.images.ImageAttachments")
+    logged = _call_log(call_log)
     try:
         async with trio.open_nursery() as nursery:
             registry = Registry(drain_timeout=drain_timeout)
@@ -800,11 +850,18 @@ async def open_runtime(
                 channel_size=channel_size,
                 image_attachments=image_attachments,
             )
+            if logged is not None:
+                secrets = core.secrets
+                logged.held = lambda: secrets.redactor
+                core.call_log = logged
+                await nursery.start(logged.run)
             try:
                 yield LlmRuntime(core)
             finally:
                 with trio.CancelScope(shield=True):
                     await core.shutdown(shutdown_grace)
+                    if logged is not None:
+                        await logged.close()
                     with trio.move_on_after(shutdown_grace + 15.0):
                         await registry_done.wait()
                 nursery.cancel_scope.cancel()

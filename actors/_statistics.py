@@ -15,7 +15,7 @@ camelCase JSON, and
   for the values above the last bound (JSON has no infinity).
 
 Lookups by label: `RuntimeStatistics.provider`, `time_to_first_chunk_of`,
-`call_duration_of`, `pool`, and `ProviderStatistics.finished`.
+`call_duration_of`, `cost_of`, `pool`, and `ProviderStatistics.finished`.
 
 Adding a section (as `routing` was added):
 
@@ -45,12 +45,14 @@ import msgspec
 __all__ = [
     "ABORT_BUCKETS",
     "LATENCY_BUCKETS",
+    "CallLogStatistics",
     "ConnectionPool",
     "DeploymentStatistics",
     "FinishedCount",
     "GatewayStatistics",
     "GroupStatistics",
     "HistogramSnapshot",
+    "ModelCost",
     "ModelHistogram",
     "ProviderStatistics",
     "RoutingStatistics",
@@ -134,6 +136,22 @@ class ModelHistogram(_Value, frozen=True):
     provider: str
     model: str
     histogram: HistogramSnapshot
+
+
+class ModelCost(_Value, frozen=True):
+    """What the calls of one (provider, model) label pair cost (docs/operations.md, "Prices").
+
+    A call counts once per ``usage`` chunk it reported (adapters report one):
+    priced, its price added to ``cost_usd``; or unpriced, when no price is
+    known for the model (nothing added, never a zero price).
+    """
+
+    provider: str
+    model: str
+    #: US dollars.
+    cost_usd: float = 0.0
+    priced_calls: int = 0
+    unpriced_calls: int = 0
 
 
 class FinishedCount(_Value, frozen=True):
@@ -285,6 +303,26 @@ def _find(
     return None
 
 
+class CallLogStatistics(_Value, frozen=True):
+    """The `RuntimeStatistics.call_log` section: what the call log kept and what it dropped.
+
+    ``recorded`` counts the records the calls handed over; each of them is
+    ``written``, ``dropped`` (the queue between the calls and the writer was
+    full: a slow or stuck sink), ``failed`` (the sink raised, a full disk's
+    ``ENOSPC`` among them) or ``oversized`` (past the record byte bound), or
+    still ``queued``. Sums over workers like every counter; ``queued`` is a gauge.
+    """
+
+    recorded: int = 0
+    written: int = 0
+    dropped: int = 0
+    failed: int = 0
+    oversized: int = 0
+    queued: int = 0
+    #: Bytes of JSON Lines the sink accepted.
+    bytes_written: int = 0
+
+
 class RuntimeStatistics(_Value, frozen=True):
     """A snapshot of `LlmRuntime.statistics()`: immutable, and the ``stats`` frame's value.
 
@@ -328,6 +366,10 @@ class RuntimeStatistics(_Value, frozen=True):
     gateway: GatewayStatistics | None = None
     #: Routing groups and their deployments (None: no group is registered).
     routing: RoutingStatistics | None = None
+    #: None: no call log (``open_runtime(call_log=...)``, ``llmrt serve --call-log``).
+    call_log: CallLogStatistics | None = None
+    #: What calls cost, by (provider, model) label, sorted; pairs without usage are not in it.
+    costs: tuple[ModelCost, ...] = ()
 
     def __post_init__(self) -> None:
         _freeze(self, "calls_finished", "failures_by_code", "retries_by_code", "attempts_per_call")
@@ -346,6 +388,23 @@ class RuntimeStatistics(_Value, frozen=True):
     def call_duration_of(self, provider: str, model: str) -> HistogramSnapshot | None:
         """The call-duration histogram of one (provider, model) label pair."""
         return _find(self.call_duration, provider, model)
+
+    @property
+    def cost_usd(self) -> float:
+        """US dollars of every priced call."""
+        return math.fsum(entry.cost_usd for entry in self.costs)
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Calls that reported usage for a model with no known price."""
+        return sum(entry.unpriced_calls for entry in self.costs)
+
+    def cost_of(self, provider: str, model: str) -> ModelCost | None:
+        """The cost figures of one (provider, model) label pair (None: no usage counted)."""
+        for entry in self.costs:
+            if entry.provider == provider and entry.model == model:
+                return entry
+        return None
 
     def pool(self, provider: str) -> ConnectionPool | None:
         """The upstream pool reported under ``provider`` (None: no such adapter pool)."""

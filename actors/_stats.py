@@ -28,6 +28,7 @@ from ._statistics import (
     ConnectionPool,
     FinishedCount,
     HistogramSnapshot,
+    ModelCost,
     ModelHistogram,
     ProviderStatistics,
     RuntimeStatistics,
@@ -97,6 +98,10 @@ class CallSeries:
     counters: _ProviderCounters
     first_chunk: Histogram = attrs.field(factory=lambda: Histogram(LATENCY_BUCKETS))
     duration: Histogram = attrs.field(factory=lambda: Histogram(LATENCY_BUCKETS))
+    #: US dollars of the priced usage chunks, and how many were priced and not.
+    cost: float = 0.0
+    priced_calls: int = 0
+    unpriced_calls: int = 0
 
     # The per-series recording, apart from the runtime's global counts (which
     # count inline): ``bench/bench_scaleout.py`` prices it by switching these off.
@@ -104,6 +109,14 @@ class CallSeries:
     def ended(self, kind: str, code: str) -> None:
         """Count one ended call: its finish kind (or ``consumer-left``) and failure code."""
         self.counters.finished[kind, code] += 1
+
+    def priced(self, cost: float | None) -> None:
+        """Count one usage chunk's price (None: no price is known for the model)."""
+        if cost is None:
+            self.unpriced_calls += 1
+        else:
+            self.priced_calls += 1
+            self.cost += cost
 
     def worked(self, forwarded: int, started: float, first: float, ended: float) -> None:
         """Count a call's adapter work: chunks, time to the first one (if any), duration."""
@@ -176,7 +189,18 @@ class StatsCounters:
         )
         first_chunk = []
         duration = []
+        costs = []
         for (provider, model), s in sorted(self._series.items()):
+            if s.priced_calls or s.unpriced_calls:
+                costs.append(
+                    ModelCost(
+                        provider=provider,
+                        model=model,
+                        cost_usd=s.cost,
+                        priced_calls=s.priced_calls,
+                        unpriced_calls=s.unpriced_calls,
+                    )
+                )
             first_chunk.append(
                 ModelHistogram(provider=provider, model=model, histogram=s.first_chunk.snapshot())
             )
@@ -200,4 +224,5 @@ class StatsCounters:
             call_duration=tuple(duration),
             abort_to_finish=self.abort_to_finish.snapshot(),
             connection_pools=tuple(pools),
+            costs=tuple(costs),
         )

@@ -42,6 +42,8 @@ class Preset:
     route: str | None = None
     #: A server on this machine: no key; listed only when the config file declares it.
     local: bool = False
+    #: The provider id its calls are priced under in genai-prices (None: no published prices).
+    price_provider: str | None = None
 
     @property
     def dialect(self) -> Dialect:
@@ -130,6 +132,7 @@ _PRESETS = (
         api_key_env="DEEPSEEK_API_KEY",
         models=_DEEPSEEK,
         route="deepseek",
+        price_provider="deepseek",
     ),
     Preset(
         name="openai",
@@ -139,6 +142,7 @@ _PRESETS = (
         api_key_env="OPENAI_API_KEY",
         models=_OPENAI,
         route="openai",
+        price_provider="openai",
     ),
     Preset(
         name="openai-compatible",
@@ -154,6 +158,7 @@ _PRESETS = (
         base_url="https://openrouter.ai/api/v1",
         api_key_env="OPENROUTER_API_KEY",
         route="openrouter",
+        price_provider="openrouter",
     ),
     Preset(
         name="groq",
@@ -163,6 +168,7 @@ _PRESETS = (
         api_key_env="GROQ_API_KEY",
         models=_GROQ,
         route="groq",
+        price_provider="groq",
     ),
     Preset(
         name="cerebras",
@@ -172,6 +178,7 @@ _PRESETS = (
         api_key_env="CEREBRAS_API_KEY",
         models=_CEREBRAS,
         route="cerebras",
+        price_provider="cerebras",
     ),
     Preset(
         name="mistral",
@@ -181,6 +188,7 @@ _PRESETS = (
         api_key_env="MISTRAL_API_KEY",
         models=_MISTRAL,
         route="mistral",
+        price_provider="mistral",
     ),
     Preset(
         name="xai",
@@ -190,6 +198,7 @@ _PRESETS = (
         api_key_env="XAI_API_KEY",
         models=_XAI,
         route="xai",
+        price_provider="x-ai",
     ),
     Preset(
         name="together",
@@ -198,6 +207,7 @@ _PRESETS = (
         base_url="https://api.together.xyz/v1",
         api_key_env="TOGETHER_API_KEY",
         route="together",
+        price_provider="together",
     ),
     Preset(
         name="fireworks",
@@ -206,6 +216,7 @@ _PRESETS = (
         base_url="https://api.fireworks.ai/inference/v1",
         api_key_env="FIREWORKS_API_KEY",
         route="fireworks",
+        price_provider="fireworks",
     ),
     Preset(
         name="vllm",

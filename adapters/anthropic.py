@@ -142,7 +142,7 @@ class AnthropicAdapter(HttpAdapter):
         return _FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(id=provider, name=self.display_name)
+        return ProviderInfo(id=provider, name=self.display_name, price_provider="anthropic")
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Anthropic's ``GET /v1/models``; the built-in table where the endpoint has none."""

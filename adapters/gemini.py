@@ -187,7 +187,7 @@ class GeminiAdapter(HttpAdapter):
         return _FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(id=provider, name=self.display_name)
+        return ProviderInfo(id=provider, name=self.display_name, price_provider="google")
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """Gemini's ``GET /v1beta/models`` (one page of up to 1,000), else the built-in table."""

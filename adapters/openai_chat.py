@@ -176,7 +176,11 @@ class OpenAIChatAdapter(HttpAdapter):
         return self._preset.dialect.features
 
     def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(id=provider, name=self.display_name or self._preset.display_name)
+        return ProviderInfo(
+            id=provider,
+            name=self.display_name or self._preset.display_name,
+            price_provider=self._preset.price_provider,
+        )
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """The endpoint's ``GET /models``; the preset's table where the endpoint has none."""

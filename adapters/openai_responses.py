@@ -151,7 +151,7 @@ class OpenAIResponsesAdapter(HttpAdapter):
         return REQUEST_FEATURES
 
     def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(id=provider, name=self.display_name)
+        return ProviderInfo(id=provider, name=self.display_name, price_provider="openai")
 
     async def list_models(self, provider: str) -> Sequence[ModelInfo]:
         """The endpoint's ``GET /models``; the built-in table where it has none."""

@@ -99,6 +99,8 @@ class ScriptedAdapter(Adapter):
     retry_policy: ResolvedRetryPolicy | None = None
     #: Display names by route; defaults to the route name.
     names: Mapping[str, str] = attrs.field(factory=dict)
+    #: The genai-prices provider id of each route priced like a real one (default: none).
+    price_providers: Mapping[str, str] = attrs.field(factory=dict)
     #: The optional request features it accepts (a script plays whatever the
     #: test asks for, so by default all of them; a test of refusals narrows it).
     features: frozenset[str] = REQUEST_FEATURES
@@ -130,7 +132,11 @@ class ScriptedAdapter(Adapter):
         return self.features
 
     def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(id=provider, name=self.names.get(provider, provider))
+        return ProviderInfo(
+            id=provider,
+            name=self.names.get(provider, provider),
+            price_provider=self.price_providers.get(provider),
+        )
 
     def provider_retry_policy(self, provider: str) -> ResolvedRetryPolicy | None:
         return self.retry_policy

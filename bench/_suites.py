@@ -70,6 +70,20 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 PEER_NAMES = frozenset({"httpx", "httpx-lines", "httpx-drain", "openai", "litellm"})
 
 
+def check_asyncio(report: dict[str, Any]) -> list[str]:
+    """`bench_asyncio.py`: an llmrt contender with failed streams or cancels never seen closing."""
+    broken = []
+    for name, figures in report.get("contenders", {}).items():
+        if name == "openai":
+            continue
+        for key, value in figures.items():
+            if key.startswith("scale_") and value.get("failed"):
+                broken.append(f"asyncio: {name} {key}: {value['failed']} streams failed")
+        if figures.get("cancel_ms", {}).get("lost"):
+            broken.append(f"asyncio: {name}: {figures['cancel_ms']['lost']} cancels never closed")
+    return broken
+
+
 def check_streams(report: dict[str, Any]) -> list[str]:
     """HTTP runs of llmrt or the floor: a failed stream, or a finished run with the wrong count."""
     broken = []
@@ -95,6 +109,25 @@ SUITES: tuple[Suite, ...] = (
         "vocab.json",
         "vocab-quick.json",
         aliases=("vocabulary",),
+    ),
+    Suite(
+        "prices",
+        "bench_prices.py",
+        "price lookup per call (price table, genai-prices), a call with and without a price",
+        (),
+        (
+            "--iterations",
+            "2000",
+            "--calls",
+            "200",
+            "--repeats",
+            "3",
+            "--output",
+            "{results}/prices-quick.json",
+        ),
+        "prices.json",
+        "prices-quick.json",
+        aliases=("pricing",),
     ),
     Suite(
         "sse",
@@ -160,6 +193,24 @@ SUITES: tuple[Suite, ...] = (
         ("--quick",),
         "abandon.json",
         "abandon-quick.json",
+    ),
+    Suite(
+        "asyncio",
+        "bench_asyncio.py",
+        "llmrt.aio beside llmrt under trio and the openai SDK: per chunk, cancel, 5,000 streams",
+        (),
+        ("--quick",),
+        "asyncio.json",
+        "asyncio-quick.json",
+        quick_sizes={
+            "chunk_streams": 1,
+            "chunks": 500,
+            "cancel_streams": 5,
+            "cancel_rounds": 2,
+            "scale": [50, 100],
+        },
+        aliases=("aio",),
+        check=check_asyncio,
     ),
     Suite(
         "gateway",
@@ -240,6 +291,18 @@ SUITES: tuple[Suite, ...] = (
         "gzip_bomb.json",
         "gzip_bomb.json",
         aliases=("gzip",),
+    ),
+    Suite(
+        "call_log",
+        "bench_call_log.py",
+        "what the call log costs per chunk and per call at 1,000 streams, beside it off",
+        (),
+        ("--quick",),
+        "call-log.json",
+        "call-log-quick.json",
+        quick_sizes={"streams": 200, "chunks": 50, "runs": 1},
+        aliases=("calllog",),
+        check=lambda report: list(report.get("broken", [])),
     ),
 )
 

@@ -188,3 +188,12 @@ __all__ = [
     "tool_result_message",
     "user_message",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``llmrt.aio`` (asyncio programs) is loaded on first use: a trio program never imports it.
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module("llmrt.aio")
+    raise AttributeError(f"module 'llmrt' has no attribute {name!r}")

@@ -71,11 +71,12 @@ class BlockAssembler:
     Pure computation: no I/O, no checkpoints.
     """
 
-    __slots__ = ("_blocks", "_envelope", "_finish", "_usage")
+    __slots__ = ("_blocks", "_cost", "_envelope", "_finish", "_usage")
 
     def __init__(self) -> None:
         self._blocks: dict[int, _Block] = {}
         self._usage: TokenUsage | None = None
+        self._cost: float | None = None
         self._finish: Finish | None = None
 
     def push(self, chunk: StreamChunk) -> None:
@@ -112,8 +113,9 @@ class BlockAssembler:
                 if state.done is None:
                     state.done = block
                     state.parts = []
-            case UsageChunk(usage=usage):
+            case UsageChunk(usage=usage, cost=cost):
                 self._usage = usage
+                self._cost = cost
             case Finish():
                 self._finish = chunk
             case TextDelta() | ReasoningDelta():  # pragma: no cover - handled above
@@ -163,6 +165,11 @@ class BlockAssembler:
     def usage(self) -> TokenUsage | None:
         """Usage from the last ``usage`` chunk; ``None`` until one arrives."""
         return self._usage
+
+    @property
+    def cost(self) -> float | None:
+        """The price in US dollars from the last ``usage`` chunk; ``None``: none is known."""
+        return self._cost
 
     @property
     def finish(self) -> FinishReason:

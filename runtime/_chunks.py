@@ -113,7 +113,16 @@ class BlockEnd(Wire, frozen=True, tag_field="type", tag="block-end"):
 
 
 class UsageChunk(Wire, frozen=True, tag_field="type", tag="usage"):
+    """The call's token usage, and its price when one is known.
+
+    ``cost`` is the call's price in US dollars (docs/operations.md,
+    "Prices"): set by the runtime from the serving route's price table,
+    never by an adapter; ``None`` when no price is known for the model (or
+    the ``llmrt[prices]`` extra is not installed), never a guessed zero.
+    """
+
     usage: TokenUsage
+    cost: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class RoutedAttempt(Wire, frozen=True):

@@ -38,6 +38,8 @@ class Completion(Wire, frozen=True):
     finish: FinishReason
     usage: TokenUsage | None = None
     attempts: int = 1
+    #: The call's price in US dollars (None: no price is known; docs/operations.md, "Prices").
+    cost: float | None = None
 
     @property
     def text(self) -> str:
@@ -67,6 +69,7 @@ def completion_of(
         finish=reason,
         usage=assembler.usage,
         attempts=attempts,
+        cost=assembler.cost,
     )
 
 

@@ -171,6 +171,22 @@ class Redactor:
         text = _PREFIXED.sub(_prefixed_key, text)
         return _FIXED.sub(REDACTED, text)
 
+    @property
+    def holds_values(self) -> bool:
+        """Whether this redactor removes any exact secret value (not only phrasings)."""
+        return self._exact is not None
+
+    def redact_values(self, text: str) -> str:
+        """``text`` without the secret values (and their forms); phrasings are left alone.
+
+        For long text that is mostly not provider prose (a call log record):
+        a substring check per form first, so clean text costs no regex pass.
+        """
+        exact = self._exact
+        if exact is None or not any(secret in text for secret in self._secrets):
+            return text
+        return exact.sub(REDACTED, text)
+
     def _cut_tail(self, text: str) -> str:
         """Remove the start of a secret where a message was cut short (``…`` or not)."""
         body = text.removesuffix(_ELLIPSIS)

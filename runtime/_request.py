@@ -141,10 +141,17 @@ class CallConfigDefaults(Wire, frozen=True):
 
 
 class ProviderInfo(Wire, frozen=True):
-    """Display metadata of one provider route."""
+    """Display metadata of one provider route.
+
+    ``price_provider``: the provider id the route's calls are priced under
+    in ``genai-prices`` (``openai``, ``anthropic``, ``google``, ...); None
+    when the route has no published prices (a local server, the demo), so
+    only a price table in ``llmrt.toml`` prices it.
+    """
 
     id: str
     name: str
+    price_provider: str | None = None
 
 
 ModelModality = Literal["text", "image"]

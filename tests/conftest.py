@@ -1,5 +1,8 @@
 """Shared fixtures and helpers for the actor-core tests.
 
+A test marked ``anyio`` runs under anyio's pytest plugin instead of
+pytest-trio (see `pytest_collection_modifyitems`).
+
 Fixtures: ``runtime`` (an `LlmRuntime` from a fresh `llmrt.open_runtime()`),
 ``redis_server`` (a real redis-server for the session, see ``_redis.py``).
 Helpers (plain functions, ``from conftest import ...``): `make_options`,
@@ -50,6 +53,19 @@ settings.load_profile(os.environ.get("LLMRT_HYPOTHESIS_PROFILE", "dev"))
 def examples(full: int) -> int:
     """A property test's example count: ``full`` under the ``ci`` profile, a fifth under ``dev``."""
     return max(10, full * settings().max_examples // 100)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``anyio`` run on anyio's plugin (trio and asyncio), not pytest-trio.
+
+    ``trio_mode`` marks every ``async def`` test ``trio``; a test that names
+    its backends through anyio's ``anyio_backend`` fixture (tests/test_contract.py)
+    would otherwise be run by both plugins.
+    """
+    for item in items:
+        if item.get_closest_marker("anyio") is not None:
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]
 
 
 @pytest.fixture(scope="session")

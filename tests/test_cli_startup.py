@@ -87,6 +87,8 @@ def test_every_command_module_has_the_command_shape() -> None:
         "models",
         "stats",
         "routes",
+        "log",
+        "reload",
     ]
     for entry in COMMANDS:
         module = importlib.import_module(f"llmrt.actors.app.cli.{entry.module}")
@@ -99,7 +101,7 @@ def test_every_command_module_has_the_command_shape() -> None:
 
 
 def _positionals(command: str) -> list[str]:
-    return {"call": ["hi"], "models": ["demo"]}.get(command, [])
+    return {"call": ["hi"], "models": ["demo"], "log": ["tail"]}.get(command, [])
 
 
 def test_the_startup_bench_sums_top_level_imports_only() -> None:

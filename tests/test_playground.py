@@ -578,6 +578,24 @@ def test_three_concurrent_calls(gateway: Gateway, page: Page) -> None:
     assert_no_console_errors(page)
 
 
+def test_the_usage_line_shows_the_price(tmp_path: pathlib.Path, page: Page) -> None:
+    priced = '[[price]]\nprovider = "demo"\nmodel = "demo-1"\ninput_mtok = 1.5\noutput_mtok = 2.0\n'
+    with running(tmp_path, config=priced) as gw:
+        page.open(page_url(gw))
+        page.wait_open()
+        page.choose("model", "demo-1")
+        page.send("hello playground")
+        page.wait_text("finish", "finish: stop")
+        usage = page.text("usage")
+        found = re.fullmatch(
+            r"usage: input (\d+), output (\d+), reasoning \d+ \| \$(\d+\.\d{6})", usage
+        )
+        assert found is not None, usage
+        spent_in, spent_out = int(found[1]), int(found[2])
+        assert found[3] == f"{(spent_in * 1.5 + spent_out * 2.0) / 1e6:.6f}"
+        assert_no_console_errors(page)
+
+
 def test_token_wrong_then_right(tmp_path: pathlib.Path, page: Page) -> None:
     with running(tmp_path, token=TOKEN) as gw:
         page.open(page_url(gw))
@@ -616,6 +634,38 @@ def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
         page.send("back again")
         page.wait_text("finish", "finish: stop")
         assert_no_console_errors(page, allowed_network=(gw.ws_url, gw.http_url))
+
+
+def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) -> None:
+    with running(tmp_path) as gw:
+        page.open(page_url(gw))
+        page.wait_open()
+        page.choose("provider", "slow-demo")
+        assert gw.proc is not None
+        gw.config.write_text(CONFIG + '[[provider]]\nroute = "added-demo"\nadapter = "demo"\n')
+        gw.proc.send_signal(signal.SIGHUP)  # the gateway sends providers-changed
+        page.wait(
+            lambda: (
+                "added-demo"
+                in [o.get_attribute("value") for o in Select(page.el("provider")).options]
+            ),
+            message="the new route never appeared in the list",
+        )
+        # The list was asked again, and the choice made before survived it.
+        assert len(page.sent("list-providers")) >= 1
+        assert Select(page.el("provider")).first_selected_option.get_attribute("value") == (
+            "slow-demo"
+        )
+        gw.config.write_text(CONFIG)
+        gw.proc.send_signal(signal.SIGHUP)
+        page.wait(
+            lambda: (
+                "added-demo"
+                not in [o.get_attribute("value") for o in Select(page.el("provider")).options]
+            ),
+            message="the removed route stayed in the list",
+        )
+        assert_no_console_errors(page)
 
 
 def test_a_foreign_origin_cannot_connect(gateway: Gateway, page: Page) -> None:

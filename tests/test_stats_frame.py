@@ -144,6 +144,8 @@ def test_the_stats_frame_value_keeps_its_json_fields() -> None:
         "connectionPools",
         "gateway",
         "routing",
+        "callLog",
+        "costs",
     ]
     abort = doc["abortToFinish"]
     assert len(abort["counts"]) == len(abort["bounds"]) + 1 and abort["bounds"][-1] == 1.0

@@ -16,6 +16,7 @@ import llmrt
 from llmrt import ErrorCode, LlmError
 from llmrt.adapters.plugin import ModelSpec
 
+from ..call_log._settings import CallLogSettings
 from . import config as configuration
 
 __all__ = ["configured_runtime", "default_model", "gateway_client", "route_of", "table_of"]
@@ -23,10 +24,16 @@ __all__ = ["configured_runtime", "default_model", "gateway_client", "route_of", 
 
 @asynccontextmanager
 async def configured_runtime(
-    config: configuration.Config, *, environ: dict[str, str] | None = None
+    config: configuration.Config,
+    *,
+    environ: dict[str, str] | None = None,
+    call_log: CallLogSettings | None = None,
 ) -> AsyncIterator[llmrt.LlmRuntime]:
-    """A runtime serving ``config``; keys are read from ``environ`` (default ``os.environ``)."""
-    async with llmrt.open_runtime() as rt:
+    """A runtime serving ``config``; keys are read from ``environ`` (default ``os.environ``).
+
+    ``call_log``: where its calls are recorded (`call_log_settings`); None: not recorded.
+    """
+    async with llmrt.open_runtime(call_log=call_log) as rt:
         await configuration.register_config(rt, config, environ=environ)
         await configuration.register_settings(rt, config, environ=environ)
         yield rt

@@ -12,6 +12,8 @@ from ._protocol import MSGPACK_SUBPROTOCOL as MSGPACK_SUBPROTOCOL
 from ._protocol import PROTOCOL as PROTOCOL
 from ._protocol import GatewayErrorCode as GatewayErrorCode
 from ._protocol import Limits as Limits
+from ._protocol import ReloadReport as ReloadReport
+from ._protocol import WorkerReload as WorkerReload
 from ._server import GatewayServer as GatewayServer
 from ._server import serve_gateway as serve_gateway
 
@@ -22,5 +24,7 @@ __all__ = [
     "GatewayErrorCode",
     "GatewayServer",
     "Limits",
+    "ReloadReport",
+    "WorkerReload",
     "serve_gateway",
 ]

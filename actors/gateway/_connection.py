@@ -75,8 +75,11 @@ from ._protocol import (
     ListProvidersFrame,
     PingFrame,
     PongFrame,
+    ProvidersChangedFrame,
     RawChunkFrame,
     RawChunksFrame,
+    ReloadFrame,
+    ReloadReport,
     ResolveModelFrame,
     ResultFrame,
     RetryFrame,
@@ -86,7 +89,10 @@ from ._protocol import (
     split_delta,
 )
 
-__all__ = ["GatewayState", "Connection", "PENDING_CHUNKS"]
+__all__ = ["GatewayState", "Connection", "PENDING_CHUNKS", "Reload"]
+
+#: What a ``reload`` frame runs: reads the configuration again, in every worker.
+Reload = Callable[[], Awaitable[ReloadReport]]
 
 log = logging.getLogger("llmrt.gateway")
 
@@ -99,6 +105,10 @@ HEARTBEAT_CLOSE = 1011
 SHUTDOWN_CLOSE = 1001
 _SHUTDOWN = CloseRequest(SHUTDOWN_CLOSE, "the gateway is shutting down")
 IDLE_CLOSE_REASON = "idle timeout: no call in flight"
+#: A ``providers-changed`` frame waits until the providers have not changed for this
+#: long (seconds), and never longer than the second figure after the first change.
+PROVIDERS_SETTLE = 0.05
+PROVIDERS_SETTLE_MAX = 0.5
 
 
 @attrs.define(eq=False)
@@ -133,6 +143,8 @@ class GatewayState:
     refusal_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0))
     #: One traceback per kind of connection failure per minute.
     failure_log: LogThrottle = attrs.field(factory=lambda: LogThrottle(60.0, max_keys=64))
+    #: What a ``reload`` frame runs (None: the frame is refused).
+    reload: Reload | None = None
 
     def __attrs_post_init__(self) -> None:
         self.grace = self.limits.shutdown_grace
@@ -329,6 +341,7 @@ class Connection:
                 nursery.start_soon(self._heartbeat)
                 nursery.start_soon(self._watch_shutdown)
                 nursery.start_soon(self._watch_idle)
+                nursery.start_soon(self._watch_providers)
                 await self._reader()
                 if self.close_code is None:
                     # The client is gone: cancelling its calls makes their `async
@@ -395,6 +408,7 @@ class Connection:
                 | ListModelsFrame()
                 | ResolveModelFrame()
                 | DiscoverModelsFrame()
+                | ReloadFrame()
             ) if (over := self._metadata.take(trio.current_time())) is not None:
                 # Refused before any work: a flood costs a bucket check per frame.
                 self._fault(GatewayErrorCode.RATE_LIMITED, over)
@@ -420,6 +434,20 @@ class Connection:
                     request = _Request(frame.id, scope=trio.CancelScope())
                     self._add(request)
                     self._spawn(self._run_metadata, request, frame)
+            case ReloadFrame() if self.state.token is None:
+                message = (
+                    "reload needs a gateway with a token (serve with $LLMRT_GATEWAY_TOKEN set), "
+                    "or send the serving process SIGHUP"
+                )
+                await self._reply(_error(ErrorCode.AUTH, message, frame.id))
+            case ReloadFrame() if self.state.reload is None:
+                message = "this gateway has no configuration file to reload"
+                await self._reply(_error(ErrorCode.INVALID_REQUEST, message, frame.id))
+            case ReloadFrame():
+                if await self._admit(frame.id):
+                    request = _Request(frame.id)
+                    self._add(request)
+                    self._spawn(self._run_reload, request)
             case PingFrame():
                 await self._reply(PongFrame(id=frame.id))
             case StatsFrame():
@@ -650,7 +678,54 @@ class Connection:
         finally:
             self._forget(request)
 
+    async def _run_reload(self, request: _Request) -> None:
+        """Read the configuration again (every worker) and answer with the report.
+
+        Not cancelled by an ``abort``: a reload that started runs to its end
+        (it is bounded), only its answer is then dropped.
+        """
+        assert self.state.reload is not None
+        try:
+            reply: ServerFrame
+            try:
+                report = await self.state.reload()
+                reply = ResultFrame(id=request.id, value=self.codec.raw(report))
+            except Exception as exc:
+                log.warning("reload %r failed: %s", request.id, type(exc).__name__)
+                reply = _error(
+                    ErrorCode.INTERNAL, f"the reload failed: {type(exc).__name__}", request.id
+                )
+            await self._send.send(reply)
+        finally:
+            self._forget(request)
+
     # ---- writer, heartbeat, shutdown ---------------------------------------------------------
+
+    async def _watch_providers(self) -> None:
+        """Tell the client when the runtime's providers change (a ``providers-changed`` frame).
+
+        The runtime's subscription holds one pending wake-up at most, so a
+        client that reads slowly gets one frame for many changes, never a
+        backlog. A reload commits several changes in a row: the frame waits
+        until none has come for `PROVIDERS_SETTLE` seconds (at most
+        `PROVIDERS_SETTLE_MAX`), so that clients ask for the list once, not
+        once per commit.
+        """
+        async with self.state.runtime.adapters_updated() as updates:
+            async for _ in updates:
+                ended = False
+                with trio.move_on_after(PROVIDERS_SETTLE_MAX):
+                    while not ended:
+                        with trio.move_on_after(PROVIDERS_SETTLE) as quiet:
+                            try:
+                                await updates.receive()
+                            except trio.EndOfChannel:
+                                ended = True  # the runtime closed: say the last change
+                        if quiet.cancelled_caught:
+                            break
+                await self._send.send(ProvidersChangedFrame())
+                if ended:
+                    return
 
     async def _writer(self) -> None:
         recv = self._recv

@@ -39,7 +39,12 @@ from prometheus_client.core import (
 
 from llmrt import ErrorCode
 
-from .._statistics import GatewayStatistics, ModelHistogram, RuntimeStatistics
+from .._statistics import (
+    CallLogStatistics,
+    GatewayStatistics,
+    ModelHistogram,
+    RuntimeStatistics,
+)
 from .._stats import OTHER
 from ..routing._metrics import routing_families
 from ._exposition import (
@@ -185,6 +190,23 @@ def _runtime_families(stats: RuntimeStatistics) -> Iterator[Metric]:
         idle.add_metric([pool.provider], pool.idle)
     yield upstream
     yield idle
+    cost = CounterMetricFamily(
+        "llmrt_cost_usd",
+        "US dollars the priced calls cost, by provider and model.",
+        labels=["provider", "model"],
+    )
+    unpriced = CounterMetricFamily(
+        "llmrt_unpriced_calls",
+        "Calls that reported usage for a model with no known price, by provider and model.",
+        labels=["provider", "model"],
+    )
+    for spent in stats.costs:  # a pair's series once it has something to count
+        if spent.priced_calls:
+            cost.add_metric([spent.provider, spent.model], spent.cost_usd)
+        if spent.unpriced_calls:
+            unpriced.add_metric([spent.provider, spent.model], spent.unpriced_calls)
+    yield cost
+    yield unpriced
 
 
 def _gateway_families(gw: GatewayStatistics) -> Iterator[Metric]:
@@ -263,8 +285,32 @@ def metric_families(figures: Figures) -> list[Metric]:
         info,
         *_runtime_families(figures.runtime),
         *routing_families(figures.runtime.routing),
+        *_call_log_families(figures.runtime.call_log),
         *_gateway_families(figures.gateway),
     ]
+
+
+def _call_log_families(log: CallLogStatistics | None) -> Iterator[Metric]:
+    """The call log's records by outcome, its queue and bytes; nothing when it is off."""
+    if log is None:
+        return
+    records = CounterMetricFamily(
+        "llmrt_call_log_records_total",
+        "Call log records, by outcome: written, dropped (queue full), failed (the sink "
+        "raised, a full disk among them), oversized.",
+        labels=["outcome"],
+    )
+    for outcome in ("written", "dropped", "failed", "oversized"):
+        records.add_metric([outcome], getattr(log, outcome))
+    yield records
+    yield GaugeMetricFamily(
+        "llmrt_call_log_queued", "Call log records waiting for the writer.", value=log.queued
+    )
+    yield CounterMetricFamily(
+        "llmrt_call_log_bytes_total",
+        "Bytes of JSON Lines the call log's sink accepted.",
+        value=log.bytes_written,
+    )
 
 
 #: Writes the whole ``/metrics`` answer from this gateway's figures, e.g. summed

@@ -57,6 +57,7 @@ __all__ = [
     "StatsFrame",
     "ListConfigurableProvidersFrame",
     "DiscoverModelsFrame",
+    "ReloadFrame",
     "ClientFrame",
     "HelloFrame",
     "ChunkFrame",
@@ -69,6 +70,9 @@ __all__ = [
     "BinaryPartFrame",
     "RawChunkFrame",
     "RawChunksFrame",
+    "ProvidersChangedFrame",
+    "ReloadReport",
+    "WorkerReload",
     "ServerFrame",
     "split_delta",
     "CloseRequest",
@@ -341,6 +345,16 @@ class DiscoverModelsFrame(_Frame, frozen=True, tag="discover-models"):
     request: ModelDiscoveryRequest = msgspec.field(default_factory=ModelDiscoveryRequest)
 
 
+class ReloadFrame(_Frame, frozen=True, tag="reload"):
+    """Ask the gateway to read its configuration file again (a ``result``: a `ReloadReport`).
+
+    Only a gateway with a token takes it (every connection of one has
+    presented the token); one without answers ``AUTH``.
+    """
+
+    id: _Id
+
+
 ClientFrame = (
     CallFrame
     | AbortFrame
@@ -351,6 +365,7 @@ ClientFrame = (
     | StatsFrame
     | ListConfigurableProvidersFrame
     | DiscoverModelsFrame
+    | ReloadFrame
 )
 _CLIENT_TAGS = frozenset(cls.__struct_config__.tag for cls in ClientFrame.__args__)
 
@@ -425,6 +440,40 @@ class RetryFrame(_Frame, frozen=True, tag="retry"):
     delay_ms: float
 
 
+class ProvidersChangedFrame(_Frame, frozen=True, tag="providers-changed"):
+    """The gateway's provider routes, groups or directory changed: ask ``list-providers`` again.
+
+    Unsolicited and payload-free; changes close together may arrive as one frame.
+    """
+
+
+class WorkerReload(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """What one gateway process made of a reload: applied, or refused with the file's error."""
+
+    #: Whether the new file serves now; False: the old configuration serves on.
+    ok: bool
+    #: The worker's slot under ``llmrt serve --workers N`` (absent for a single process).
+    worker: int | None = None
+    #: Why the reload was refused (``CONFIG_INVALID``: ``message`` is ``FILE:LINE: REASON``).
+    error: LlmFailure | None = None
+    #: Route names registered anew, withdrawn, and re-registered with changed facts.
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    #: Whether the routing groups were replaced.
+    groups: bool = False
+    #: Tables of the file that changed but take effect only on a restart (``gateway``).
+    restart_needed: tuple[str, ...] = ()
+
+
+class ReloadReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The ``result`` of a ``reload`` frame: every gateway process's outcome."""
+
+    #: True when every process applied the file.
+    ok: bool
+    workers: tuple[WorkerReload, ...]
+
+
 class PartFrame(_Frame, frozen=True, tag="part"):
     """A slice of a frame too large for the peer's frame limit (JSON: a slice of its text).
 
@@ -453,14 +502,29 @@ ServerFrame = (
     | ErrorFrame
     | PongFrame
     | RetryFrame
+    | ProvidersChangedFrame
     | PartFrame
     | BinaryPartFrame
 )
 _JSON_SERVER = (
-    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+    HelloFrame
+    | ChunkFrame
+    | ChunksFrame
+    | ResultFrame
+    | ErrorFrame
+    | PongFrame
+    | RetryFrame
+    | ProvidersChangedFrame
 ) | PartFrame
 _MSGPACK_SERVER = (
-    HelloFrame | ChunkFrame | ChunksFrame | ResultFrame | ErrorFrame | PongFrame | RetryFrame
+    HelloFrame
+    | ChunkFrame
+    | ChunksFrame
+    | ResultFrame
+    | ErrorFrame
+    | PongFrame
+    | RetryFrame
+    | ProvidersChangedFrame
 ) | BinaryPartFrame
 
 

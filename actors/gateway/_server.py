@@ -53,7 +53,7 @@ from llmrt._helpers import raise_sole
 
 from .._runtime import LlmRuntime
 from ._admission import Ticket
-from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState
+from ._connection import HEARTBEAT_CLOSE, Connection, GatewayState, Reload
 from ._counters import RefusalCause
 from ._front import (
     FrontDoor,
@@ -457,6 +457,7 @@ async def serve_gateway(
     reuse_port: bool = False,
     metrics_render: Render | None = None,
     metrics_auth: str = "open",
+    reload: Reload | None = None,
     task_status: trio.TaskStatus[GatewayServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``runtime``'s calls over websockets (protocol ``llmrt.v1``, ``docs/protocol.md``).
@@ -483,6 +484,10 @@ async def serve_gateway(
     ``metrics_auth``: ``"open"`` (``/metrics`` answers anyone who reaches the
     port) or ``"token"`` (it asks for the gateway token as an
     ``Authorization: Bearer`` header, 401 otherwise; needs ``token``).
+
+    ``reload``: what a ``reload`` frame runs (``llmrt serve`` reads its
+    configuration file again; docs/configuration.md); without it, or without
+    a ``token``, the frame is refused.
 
     ``token``: when set, every client must present it (``Authorization:
     Bearer`` header or the ``llmrt.bearer.<token>`` subprotocol).
@@ -519,6 +524,7 @@ async def serve_gateway(
         version=llmrt.__version__,
         token=token.encode() if token is not None else None,
         policy=policy,
+        reload=reload,
     )
     metrics = GatewayMetrics(state, write=metrics_render)
     front = FrontDoor(

@@ -77,6 +77,9 @@ from ._protocol import (
     ListProvidersFrame,
     PartFrame,
     PongFrame,
+    ProvidersChangedFrame,
+    ReloadFrame,
+    ReloadReport,
     ResolveModelFrame,
     ResultFrame,
     RetryFrame,
@@ -276,6 +279,8 @@ class GatewayClient:
     )
     #: The websocket close code once the connection has closed (1001: the gateway shut down).
     close_code: int | None = attrs.field(default=None, init=False)
+    #: Subscribers to ``providers-changed`` frames (see `providers_changed`).
+    _changes: set[trio.MemorySendChannel[None]] = attrs.field(factory=set, init=False)
 
     def stream(
         self, options: GenerateOptions, *, traceparent: str | None = None
@@ -397,6 +402,50 @@ class GatewayClient:
         value: RuntimeStatistics = self._decode(raw, RuntimeStatistics)
         return value
 
+    async def reload(self) -> ReloadReport:
+        """Ask the gateway to read its configuration file again, in every worker.
+
+        Returns the report (``ok`` false: some process refused the file and
+        serves its old configuration on; each `WorkerReload` says why, with
+        the file's ``FILE:LINE`` error). Raises `LlmError` (``AUTH``: the
+        gateway has no token; ``INVALID_REQUEST``: it has no file to reload;
+        ``RATE_LIMITED``, ``NETWORK``, ...).
+        """
+        rid = f"r{next(self._ids)}"
+        raw = await self._request(rid, ReloadFrame(id=rid))
+        report: ReloadReport = self._decode(raw, ReloadReport)
+        return report
+
+    @asynccontextmanager
+    async def providers_changed(self) -> AsyncIterator[trio.MemoryReceiveChannel[None]]:
+        """Subscribe to the gateway's ``providers-changed`` frames: ``async for _ in changes``
+        wakes after each (ask `list_providers` again then).
+
+        Coalescing like `LlmRuntime.adapters_updated`: a subscriber that is
+        behind holds one pending wake-up, never a backlog, and never slows
+        the connection. The iteration ends when the connection closes.
+        """
+        send, recv = trio.open_memory_channel[None](1)
+        if self._closed:
+            send.close()
+        else:
+            self._changes.add(send)
+        try:
+            async with recv:
+                yield recv
+        finally:
+            self._changes.discard(send)
+            send.close()
+
+    def _providers_changed(self) -> None:
+        for send in list(self._changes):
+            try:
+                send.send_nowait(None)
+            except trio.WouldBlock:
+                pass  # one wake-up is pending already: payload-free, so coalesced
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._changes.discard(send)
+
     # ---- internals ---------------------------------------------------------------------------
 
     def _decode(self, raw: msgspec.Raw, type: Any) -> Any:
@@ -484,6 +533,9 @@ class GatewayClient:
             for waiter in self._waiters.values():
                 waiter.failure = failure
                 waiter.done.set()
+            for send in self._changes:
+                send.close()
+            self._changes.clear()
 
     async def _route(self, frame: Any) -> None:
         cls = type(frame)
@@ -516,6 +568,8 @@ class GatewayClient:
                 waiter.done.set()
         elif cls is ErrorFrame:
             self._on_error(frame)
+        elif cls is ProvidersChangedFrame:
+            self._providers_changed()
         elif cls is PongFrame or cls is HelloFrame:
             pass
 

@@ -46,6 +46,7 @@ from llmrt._retry import ResolvedRetryPolicy
 from .._abort import AbortSignal
 from .._call import Call, aborted_message
 from .._misuse import STREAM_FORM, not_entered, not_in_trio
+from ..call_log import _summary
 from ._router import FAILED, NEUTRAL, SUCCEEDED, GroupPlan, Router, Ticket
 from ._state import DeploymentState
 
@@ -118,6 +119,10 @@ class RoutedCall:
     _committed: bool = attrs.field(default=False, init=False)
     _tried: set[str] = attrs.field(factory=set, init=False)
     _groups: list[str] = attrs.field(factory=list, init=False)
+    #: The call log: this call's ``routed`` record id, and its attempts' ``call`` record ids.
+    _log_id: str | None = attrs.field(default=None, init=False)
+    _log_at: float = attrs.field(default=0.0, init=False)
+    _log_calls: list[str] = attrs.field(factory=list, init=False)
     _attempts: list[RoutedAttempt] = attrs.field(factory=list, init=False)
     _held: list[StreamChunk] = attrs.field(factory=list, init=False)
     _used: int | None = attrs.field(default=None, init=False)
@@ -405,7 +410,20 @@ class RoutedCall:
 
     def _final(self, finish: Finish) -> Finish:
         self._ended = True
-        return msgspec.structs.replace(finish, routing=self.routing)
+        final = msgspec.structs.replace(finish, routing=self.routing)
+        log = _summary.log_of(self._host)
+        if log is not None and self.log_id is not None:
+            group = self._groups[0] if self._groups else self.options.provider
+            _summary.routed_ended(log, self.log_id, self._log_at, group, self._log_calls, final)
+        return final
+
+    @property
+    def log_id(self) -> str | None:
+        """The id of this call's ``routed`` record in the call log (None: the log is off)."""
+        log = _summary.log_of(self._host)
+        if self._log_id is None and log is not None:
+            self._log_id, self._log_at = log.new_id(), _summary.now()
+        return self._log_id
 
     def _count_usage(self, chunk: UsageChunk) -> None:
         usage = chunk.usage
@@ -520,6 +538,9 @@ class RoutedCall:
         timeout = self._plan.spec.first_chunk_timeout
         self._deadline = math.inf if timeout is None else now + timeout
         call = self._start(options)
+        if _summary.log_of(self._host) is not None and call.log_id is not None:
+            self.log_id  # noqa: B018  # allocated first: the record's time is the call's start
+            self._log_calls.append(call.log_id)
         try:
             self._call = await call.__aenter__()
         except BaseException:

@@ -1,4 +1,5 @@
-"""The ``llmrt`` command line: ``serve``, ``call``, ``providers``, ``models``, ``stats``.
+"""The ``llmrt`` command line: ``serve``, ``call``, ``providers``, ``models``, ``stats``,
+``routes``, ``reload``.
 
 Providers come from ``llmrt.toml`` (or ``--config``) and from the usual
 API-key environment variables, always plus the embedded ``demo`` provider
@@ -79,6 +80,19 @@ COMMANDS: tuple[Command, ...] = (
         "Show the routing groups: each deployment's tier, in flight, cooldown, failovers by "
         "code, latency and rpm/tpm used (a gateway's with --via).",
         "routes",
+    ),
+    Command(
+        "log",
+        "Print logged calls as llmrt call prints them: one by id (show), or the last ones "
+        "and new ones as they come (tail [-f]); see llmrt serve --call-log.",
+        "log",
+    ),
+    Command(
+        "reload",
+        "Make a running llmrt serve (--via) read its configuration file again, in every "
+        "worker, and print each one's outcome.",
+        "reload",
+        config=False,
     ),
 )
 
@@ -167,8 +181,12 @@ def main(
     from ..plugins import PLUGIN_ERROR
 
     command = _module(args.command)
+    entry = next(entry for entry in COMMANDS if entry.name == args.command)
     try:
-        config = configuration.load_config(args.config, environ=env)
+        if not entry.config:
+            config = configuration.Config(routes=())
+        else:
+            config = configuration.load_config(args.config, environ=env)
         # An unusable adapter plugin costs its own kind only: say so, serve the rest.
         for problem in config.plugins.problems.values():
             print(f"llmrt: warning [{PLUGIN_ERROR}]: {problem}", file=err)

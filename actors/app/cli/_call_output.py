@@ -25,14 +25,29 @@ from llmrt import (
     BlockAssembler,
     BlockEnd,
     Finish,
+    FinishAborted,
+    FinishError,
     ReasoningDelta,
     RetryScheduled,
     StreamChunk,
     TextDelta,
+    TokenUsage,
     ToolCallBlock,
 )
 
-__all__ = ["BOLD", "CYAN", "DIM", "RED", "ColorMode", "HumanOutput", "JsonOutput", "Style"]
+__all__ = [
+    "BOLD",
+    "CYAN",
+    "DIM",
+    "RED",
+    "ColorMode",
+    "HumanOutput",
+    "JsonOutput",
+    "Output",
+    "Style",
+    "report_finish",
+    "usage_parts",
+]
 
 DIM, BOLD, CYAN, RED = "\x1b[2m", "\x1b[1m", "\x1b[36m", "\x1b[31m"
 _RESET = "\x1b[0m"
@@ -173,3 +188,34 @@ class JsonOutput:
 
     def close(self) -> None:
         """Every line is complete already."""
+
+
+Output = HumanOutput | JsonOutput
+
+
+def usage_parts(usage: TokenUsage | None, cost: float | None = None) -> list[str]:
+    """The usage part of the summary line: tokens, cached and reasoning ones, and the
+    call's price where it has one (``cost``, in USD)."""
+    if usage is None:
+        return []
+    parts = [f"usage: input {usage.input_tokens}, output {usage.output_tokens}"]
+    if usage.cache_read_tokens:
+        parts.append(f"cache read {usage.cache_read_tokens}")
+    if usage.reasoning_tokens:
+        parts.append(f"reasoning {usage.reasoning_tokens}")
+    if cost is not None:
+        parts.append(f"${cost:.6f}")
+    return parts
+
+
+def report_finish(output: Output, finish: Finish, latency: str = "") -> int:
+    """Say how the call ended; the exit status it means (0 done, 1 error, 130 aborted)."""
+    reason = finish.reason
+    if isinstance(reason, FinishAborted):
+        output.result(f"aborted: {reason.failure.message}{latency}", RED)
+        return 130
+    if isinstance(reason, FinishError):
+        output.result(f"error {reason.failure.code}: {reason.failure.message}", RED)
+        return 1
+    output.result(f"finish: {reason.__struct_config__.tag}", DIM)
+    return 0

@@ -28,6 +28,9 @@ class Command(NamedTuple):
     help: str
     #: The module (relative to ``llmrt.actors.app.cli``) with ``add_arguments`` and ``run``.
     module: str
+    #: Whether the command reads the configuration (False: it is given an empty one,
+    #: and a broken local file does not stop it, e.g. ``llmrt reload`` of a remote gateway).
+    config: bool = True
 
 
 @attrs.frozen

@@ -8,18 +8,29 @@ SIGTERM stops a gateway.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
+import msgspec
 import trio
 
 from llmrt import Middleware
+
+from ...call_log._settings import CallLogSettings
 
 if TYPE_CHECKING:
     from ...gateway import GatewayServer, Limits
     from ..config import Config
     from ..config._schema import GatewayTable
 
-__all__ = ["ServeOptions", "gateway_limits", "serve_middleware", "serve_options", "stop_gateway"]
+__all__ = [
+    "ServeOptions",
+    "call_log_settings",
+    "gateway_limits",
+    "serve_middleware",
+    "serve_options",
+    "stop_gateway",
+]
 
 
 async def stop_gateway(server: GatewayServer, *, drain_delay: float, grace: float | None) -> None:
@@ -59,6 +70,30 @@ def serve_options(
         limits=gateway_limits(args, config.gateway),
         metrics_auth=metrics_auth,
     )
+
+
+def call_log_settings(
+    args: argparse.Namespace, config: Config, *, worker: int | None = None
+) -> CallLogSettings | None:
+    """The call log ``llmrt serve`` keeps: ``--call-log DIR``, else ``[call_log]``; None: off.
+
+    A relative ``directory`` in the file is the file's folder's; ``--call-log``'s is
+    the working directory's. Each worker of ``--workers`` writes a folder of its own
+    (``worker-N``) in it, so no two processes append to one file.
+    """
+    settings = config.call_log
+    given = getattr(args, "call_log", None)
+    if given is not None:
+        settings = msgspec.structs.replace(settings or CallLogSettings(), directory=given)
+    elif settings is not None and settings.directory and config.file is not None:
+        folder = os.path.join(os.path.dirname(config.file), settings.directory)
+        settings = msgspec.structs.replace(settings, directory=folder)
+    if settings is None or not settings.directory:
+        return None
+    if worker is not None:
+        folder = os.path.join(settings.directory, f"worker-{worker}")
+        settings = msgspec.structs.replace(settings, directory=folder)
+    return settings
 
 
 def gateway_limits(args: argparse.Namespace, table: GatewayTable) -> Limits:

@@ -27,7 +27,6 @@ from llmrt import (
     AttemptChunk,
     Finish,
     FinishAborted,
-    FinishError,
     GenerateOptions,
     ReasoningDelta,
     TextDelta,
@@ -38,7 +37,7 @@ from ..._abort import AbortController
 from .. import config as configuration
 from .._setup import configured_runtime, default_model, gateway_client, route_of, table_of
 from ._call_input import model_warning, read_prompt, read_tools
-from ._call_output import DIM, RED, HumanOutput, JsonOutput, Style
+from ._call_output import RED, HumanOutput, JsonOutput, Style, report_finish, usage_parts
 from ._command import Streams
 from ._options import connect_timeout_option, token_env_option, via_option
 
@@ -287,14 +286,8 @@ async def _call(
         nursery.cancel_scope.cancel()
     stopped = time.perf_counter()
     output.close()
-    summary = []
-    usage = output.assembler.usage if isinstance(output, HumanOutput) else None
-    if usage is not None:
-        summary.append(f"usage: input {usage.input_tokens}, output {usage.output_tokens}")
-        if usage.cache_read_tokens:
-            summary.append(f"cache read {usage.cache_read_tokens}")
-        if usage.reasoning_tokens:
-            summary.append(f"reasoning {usage.reasoning_tokens}")
+    assembler = output.assembler if isinstance(output, HumanOutput) else None
+    summary = usage_parts(assembler.usage, assembler.cost) if assembler is not None else []
     if first is not None:
         summary.append(f"first token {1000 * (first - started):.1f} ms")
     summary.append(f"total {1000 * (stopped - started):.1f} ms")
@@ -315,15 +308,7 @@ async def _call(
             return 130
         output.note("the call ended without a finish", RED)
         return 1
-    reason = finish.reason
-    if isinstance(reason, FinishAborted):
-        latency = ""
-        if interrupt.at is not None:
-            latency = f" (abort -> finish {1e6 * (ended - interrupt.at):.0f} us)"
-        output.result(f"aborted: {reason.failure.message}{latency}", RED)
-        return 130
-    if isinstance(reason, FinishError):
-        output.result(f"error {reason.failure.code}: {reason.failure.message}", RED)
-        return 1
-    output.result(f"finish: {reason.__struct_config__.tag}", DIM)
-    return 0
+    latency = ""
+    if isinstance(finish.reason, FinishAborted) and interrupt.at is not None:
+        latency = f" (abort -> finish {1e6 * (ended - interrupt.at):.0f} us)"
+    return report_finish(output, finish, latency)

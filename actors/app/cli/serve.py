@@ -23,10 +23,10 @@ import llmrt
 
 from ._command import CommandError, Streams, sole_cause
 from ._options import DEFAULT_TOKEN_ENV, token_env_option
-from ._serving import serve_middleware, serve_options, stop_gateway
+from ._serving import call_log_settings, serve_middleware, serve_options, stop_gateway
 
 if TYPE_CHECKING:
-    from ...gateway import GatewayServer
+    from ...gateway import GatewayServer, ReloadReport
     from ..config import Config
 
 __all__ = ["DEFAULT_PORT", "add_arguments", "bind_problem", "run", "serve"]
@@ -123,6 +123,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trace every call with OpenTelemetry (needs llmrt[otel]; spans and metrics go "
         "to the globally configured providers, e.g. under opentelemetry-instrument)",
     )
+    parser.add_argument(
+        "--call-log",
+        metavar="DIR",
+        default=None,
+        help="record every call in JSON Lines files in DIR (overrides [call_log]'s "
+        "directory; read them with llmrt log show / tail)",
+    )
 
 
 def run(args: argparse.Namespace, config: Config, streams: Streams) -> int:
@@ -175,6 +182,15 @@ def _playground_url(url: str) -> str:
     """The page the gateway's port serves at ``/``: its websocket URL over HTTP."""
     scheme, sep, rest = url.partition("://")
     return ("https" if scheme == "wss" else "http") + sep + rest
+
+
+def _print_reload(out: TextIO, report: ReloadReport) -> None:
+    """A reload's outcome on the serving output: a line per process."""
+    from .._reload import describe_reload
+
+    for result in report.workers:
+        out.write(describe_reload(result) + "\n")
+    out.flush()
 
 
 def _print_serving(
@@ -255,7 +271,7 @@ async def serve(
     from ...gateway import serve_gateway
     from ...gateway._server import _is_loopback
     from .._collector import collector_line, tune_for_serving
-    from .._setup import configured_runtime
+    from .._reload import served_config, single_report
 
     token = environ.get(args.token_env) or None
     if token is None and not _is_loopback(args.host):
@@ -273,11 +289,26 @@ async def serve(
     # ``task_status.started``): once a client can know the gateway serves, a
     # SIGINT is a shutdown, never trio's KeyboardInterrupt. Opened first, it also
     # keeps a signal that arrives during start-up until the loop below reads it.
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with configured_runtime(config) as rt, trio.open_nursery() as nursery:
+    #
+    # SIGHUP reads the configuration file again (docs/configuration.md, "Reloading").
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        call_log = call_log_settings(args, config)
+        async with (
+            served_config(config, path=args.config, environ=environ, call_log=call_log) as served,
+            trio.open_nursery() as nursery,
+        ):
+            rt = served.runtime
             for middleware in tracing:
                 rt.use(middleware)
-            start = functools.partial(serve_gateway, rt, args.host, args.port, **options)
+
+            async def reload() -> ReloadReport:
+                report = single_report(await served.reload())
+                _print_reload(out, report)
+                return report
+
+            start = functools.partial(
+                serve_gateway, rt, args.host, args.port, reload=reload, **options
+            )
             server = await nursery.start(start)
             token = options["token"]
             _print_serving(
@@ -288,8 +319,10 @@ async def serve(
                 tune_for_serving()
                 out.write(f"{collector_line()}\n")
                 out.flush()
-            async for _ in signals:
-                break
+            async for signum in signals:
+                if signum != signal.SIGHUP:
+                    break
+                nursery.start_soon(reload)
             out.write("shutting down\n")
             out.flush()
             await _stop_unless_interrupted(server, signals, args, out)
@@ -312,7 +345,9 @@ async def _stop_unless_interrupted(
     async with trio.open_nursery() as nursery:
 
         async def again() -> None:
-            async for _ in signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    continue  # too late to reload: the gateway is stopping
                 out.write("interrupted again: exiting now, in-flight calls are cut off\n")
                 out.flush()
                 os._exit(130)

@@ -74,6 +74,12 @@ def format_stats(value: RuntimeStatistics) -> list[str]:
         lines.append(
             f"abort -> finish: n={abort.count} mean {1e6 * abort.sum / abort.count:.0f} us"
         )
+    if value.costs:
+        priced = sum(entry.priced_calls for entry in value.costs)
+        lines.append(
+            f"cost: ${value.cost_usd:.6f} over {priced} priced calls; "
+            f"{value.unpriced_calls} calls with no known price"
+        )
     for pool in value.connection_pools:
         lines.append(f"upstream {pool.provider}: connections open {pool.open}, idle {pool.idle}")
     gw = value.gateway

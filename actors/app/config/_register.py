@@ -41,7 +41,8 @@ async def register_config(
     runtime: LlmRuntime, config: Config, *, environ: Mapping[str, str] | None = None
 ) -> list[RegistrationHandle | GroupsHandle]:
     """Build and register every route of ``config``, in order, with its idle timeout,
-    then its routing groups (one handle for them all, last).
+    then its routing groups (one handle for them all, last); then set its price
+    table (``[[price]]``), when it has one.
 
     All or nothing: when one registration fails, the ones made so far are
     disposed and the error (`llmrt.LlmError` ``INVALID_PROVIDER`` or
@@ -65,6 +66,8 @@ async def register_config(
             handles.append(handle)
         if config.groups:
             handles.append(await runtime.register_groups(config.groups, settings=config.routing))
+        if config.prices:
+            runtime.set_prices(config.prices)
     except BaseException:
         # Fresh registrations serve no calls yet: disposing them is quick.
         with trio.move_on_after(_CLEANUP_GRACE, shield=True):

@@ -19,12 +19,14 @@ import msgspec
 
 from llmrt.adapters.plugin import AdapterConfig, Path
 
+from ...call_log._settings import CallLogSettings
 from ...routing import Group, RoutingSettings
 
 __all__ = [
     "file_table",
     "DefaultsTable",
     "GatewayTable",
+    "PriceEntry",
     "SettingsTable",
     "Path",
     "format_path",
@@ -88,6 +90,18 @@ class GatewayTable(_Table, frozen=True):
     metrics_auth: Literal["open", "token"] | None = None
 
 
+class PriceEntry(_Table, frozen=True):
+    """``[[price]]``: one model's price on one route, in US dollars per million tokens."""
+
+    provider: Annotated[str, msgspec.Meta(min_length=1)]
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    input_mtok: _NonNegativeFloat
+    output_mtok: _NonNegativeFloat
+    cache_read_mtok: _NonNegativeFloat | None = None
+    cache_write_mtok: _NonNegativeFloat | None = None
+    reasoning_mtok: _NonNegativeFloat | None = None
+
+
 @functools.cache
 def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]:
     """The whole file's schema, its ``[[provider]]`` entries a tagged union of ``configs``.
@@ -105,6 +119,10 @@ def file_table(configs: tuple[type[AdapterConfig], ...]) -> type[msgspec.Struct]
             # Routing groups (``[[group]]`` with ``[[group.deployment]]``) and ``[routing]``.
             ("group", tuple[Group, ...], ()),
             ("routing", RoutingSettings, msgspec.field(default_factory=RoutingSettings)),
+            # ``[call_log]``: None when absent (the call log is off).
+            ("call_log", CallLogSettings | None, None),
+            # Prices that override or add to genai-prices' (``[[price]]``).
+            ("price", tuple[PriceEntry, ...], ()),
         ],
         bases=(_Table,),
         frozen=True,

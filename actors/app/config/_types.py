@@ -7,6 +7,7 @@ them into a runtime.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -14,6 +15,8 @@ import attrs
 from llmrt import ResolvedRetryPolicy
 from llmrt.adapters.plugin import AdapterConfig, ModelSpec
 
+from ..._pricing import ModelPrice
+from ...call_log._settings import CallLogSettings
 from ...routing import Group, RoutingSettings
 from ..plugins import Plugins, installed
 from ._schema import GatewayTable
@@ -167,6 +170,10 @@ class Config:
     #: Routing groups (``[[group]]``), registered after the routes, and ``[routing]``.
     groups: tuple[Group, ...] = ()
     routing: RoutingSettings = attrs.field(factory=RoutingSettings)
+    #: ``[call_log]`` (None: off unless ``llmrt serve --call-log DIR``).
+    call_log: CallLogSettings | None = None
+    #: The price table (``[[price]]``): (route, model) to its price, in the file's order.
+    prices: Mapping[tuple[str, str], ModelPrice] = attrs.field(factory=dict)
 
     def namespace(self, name: str) -> NamespaceSpec | None:
         """The settings namespace called ``name``, or None."""

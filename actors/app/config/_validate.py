@@ -24,6 +24,7 @@ from llmrt._egress import base_url_problem
 from llmrt._nesting import MAX_NESTING, toml_too_deep
 from llmrt.adapters.plugin import AdapterConfig, HttpAdapterConfig, ModelSpec, RetryTable
 
+from ..._pricing import ModelPrice
 from ..._topology import check_provider_name
 from ...routing import Group, RoutingSettings
 from ..plugins import PLUGIN_ERROR, Plugins
@@ -31,6 +32,7 @@ from ._routing import check_routing
 from ._schema import (
     GatewayTable,
     Path,
+    PriceEntry,
     SettingsTable,
     file_table,
     format_path,
@@ -110,6 +112,8 @@ def validate_config(
     namespaces = builtin_namespaces(plugins)
     groups: tuple[Group, ...] = ()
     routing = RoutingSettings()
+    call_log = None
+    prices: dict[tuple[str, str], ModelPrice] = {}
     table = None
     if text is not None:
         table = _parse(text, ctx)
@@ -123,6 +127,10 @@ def validate_config(
     if table is not None:
         names = {name for spec in routes for name in spec.providers}
         groups, routing = check_routing(ctx.error, table.group, table.routing, names)
+        call_log = table.call_log
+        if call_log is not None and not call_log.directory:
+            raise ctx.error(("call_log",), "[call_log] needs a directory")
+        prices = _check_prices(ctx, table.price, names)
     keys_set = frozenset(
         spec.api_key_env for spec in routes if spec.api_key_env and environ.get(spec.api_key_env)
     )
@@ -135,7 +143,38 @@ def validate_config(
         plugins=plugins,
         groups=groups,
         routing=routing,
+        call_log=call_log,
+        prices=prices,
     )
+
+
+def _check_prices(
+    ctx: _Context, entries: Sequence[PriceEntry], routes: set[str]
+) -> dict[tuple[str, str], ModelPrice]:
+    """``[[price]]``: each entry prices a model of a configured route, once."""
+    prices: dict[tuple[str, str], ModelPrice] = {}
+    for i, entry in enumerate(entries):
+        if entry.provider not in routes:
+            meant = hint(entry.provider, sorted(routes), quote="'")
+            raise ctx.error(
+                ("price", i, "provider"),
+                f"price for route {entry.provider!r}, which this configuration does not "
+                f"register{meant}",
+            )
+        key = (entry.provider, entry.model)
+        if key in prices:
+            raise ctx.error(
+                ("price", i, "model"),
+                f"model {entry.model!r} of route {entry.provider!r} is priced twice",
+            )
+        prices[key] = ModelPrice(
+            input_mtok=entry.input_mtok,
+            output_mtok=entry.output_mtok,
+            cache_read_mtok=entry.cache_read_mtok,
+            cache_write_mtok=entry.cache_write_mtok,
+            reasoning_mtok=entry.reasoning_mtok,
+        )
+    return prices
 
 
 def _parse(text: str, ctx: _Context) -> Any:

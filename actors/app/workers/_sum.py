@@ -16,6 +16,7 @@ moves into ``(other)`` later, which would make both counters go down.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -23,10 +24,12 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..._statistics import (
+    CallLogStatistics,
     ConnectionPool,
     FinishedCount,
     GatewayStatistics,
     HistogramSnapshot,
+    ModelCost,
     ModelHistogram,
     ProviderStatistics,
     RuntimeStatistics,
@@ -65,6 +68,8 @@ SUMMED_FIELDS = frozenset(
         "connection_pools",
         "gateway",
         "routing",
+        "call_log",
+        "costs",
     }
 )
 
@@ -101,6 +106,29 @@ def _by_model(
     return tuple(
         ModelHistogram(provider=provider, model=model, histogram=_histogram_sum(values))
         for (provider, model), values in sorted(grouped.items())
+    )
+
+
+def _costs(
+    series: Iterable[Sequence[ModelCost]], keep: Mapping[str, frozenset[str]] | None = None
+) -> tuple[ModelCost, ...]:
+    """The cost entries summed by label pair; with ``keep``, models not kept count under `OTHER`."""
+    grouped: dict[tuple[str, str], list[ModelCost]] = {}
+    for entries in series:
+        for entry in entries:
+            model = entry.model
+            if keep is not None and model not in keep.get(entry.provider, frozenset()):
+                model = OTHER
+            grouped.setdefault((entry.provider, model), []).append(entry)
+    return tuple(
+        ModelCost(
+            provider=provider,
+            model=model,
+            cost_usd=math.fsum(part.cost_usd for part in parts),
+            priced_calls=sum(part.priced_calls for part in parts),
+            unpriced_calls=sum(part.unpriced_calls for part in parts),
+        )
+        for (provider, model), parts in sorted(grouped.items())
     )
 
 
@@ -195,7 +223,17 @@ def merge_values(values: Sequence[RuntimeStatistics]) -> RuntimeStatistics:
         ),
         gateway=_gateway_sum(gateways),
         routing=merge_routing([v.routing for v in values]),
+        call_log=_call_log_sum([v.call_log for v in values if v.call_log is not None]),
+        costs=_costs(v.costs for v in values),
     )
+
+
+def _call_log_sum(values: Sequence[CallLogStatistics]) -> CallLogStatistics | None:
+    """Every field is a count (``queued`` a gauge, summed as one): field by field."""
+    if not values:
+        return None
+    fields = msgspec.structs.fields(CallLogStatistics)
+    return CallLogStatistics(**{f.name: sum(getattr(v, f.name) for v in values) for f in fields})
 
 
 def retired(value: RuntimeStatistics) -> RuntimeStatistics:
@@ -211,6 +249,9 @@ def retired(value: RuntimeStatistics) -> RuntimeStatistics:
         connection_pools=(),
         gateway=gateway,
         routing=retired_routing(value.routing),
+        call_log=(
+            None if value.call_log is None else msgspec.structs.replace(value.call_log, queued=0)
+        ),
     )
 
 
@@ -252,6 +293,7 @@ def fold_models(value: RuntimeStatistics, kept: KeptModels) -> RuntimeStatistics
         value,
         time_to_first_chunk=_by_model([value.time_to_first_chunk], keep),
         call_duration=_by_model([value.call_duration], keep),
+        costs=_costs([value.costs], keep),
     )
 
 

@@ -30,6 +30,14 @@ Lifecycle:
   1001. The supervisor exits once every worker has (bounded; stragglers are
   killed).
 * A worker whose supervisor disappears sees its stdin close and drains too.
+* ``SIGHUP`` to the supervisor is a reload round: every live worker is told
+  (a line on its stdin, ``_reload``) to read the configuration file again,
+  and the supervisor prints each worker's outcome. A ``reload`` frame that
+  reaches one worker makes that worker ask the supervisor for the same
+  round, and it answers the frame with every worker's outcome. Rounds take
+  turns; a worker that does not answer within `RELOAD_SECONDS` (or dies
+  meanwhile, or is restarting) is reported as such. A worker that starts
+  later reads the file as it is then.
 
 Metrics over workers (``/metrics`` on any worker answers for all): each worker
 writes its statistics snapshot (`RuntimeStatistics`, the ``stats`` frame's
@@ -49,6 +57,7 @@ collectors like the gateway's. Staleness is at most the snapshot period
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import signal
 import subprocess
@@ -62,7 +71,20 @@ import attrs
 import msgspec
 import trio
 
+from llmrt import ErrorCode, LlmFailure
+
+from ...gateway._protocol import ReloadReport, WorkerReload
 from ._figures import SNAPSHOT_SECONDS, retire
+from ._reload import (
+    RELOAD_SECONDS,
+    ReloadAll,
+    ReloadAnswer,
+    ReloadDone,
+    ReloadOrder,
+    ToWorker,
+    encode_line,
+    lines,
+)
 
 __all__ = ["WorkerSpec", "supervise", "READY_LINE"]
 
@@ -120,6 +142,26 @@ async def _await_ready(proc: trio.Process) -> bool:
     return False
 
 
+def _failed(slot: int, code: str, message: str) -> WorkerReload:
+    return WorkerReload(ok=False, worker=slot, error=LlmFailure(message=message, code=code))
+
+
+@attrs.define(eq=False)
+class _Round:
+    """One reload round: the workers it waits for and what those that answered said."""
+
+    waiting: set[int]
+    results: dict[int, WorkerReload] = attrs.field(factory=dict)
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+    def answer(self, slot: int, result: WorkerReload) -> None:
+        if slot in self.waiting:
+            self.waiting.discard(slot)
+            self.results[slot] = result
+            if not self.waiting:
+                self.done.set()
+
+
 @attrs.define(eq=False)
 class _Supervisor:
     spec: Callable[[int], WorkerSpec]
@@ -139,6 +181,13 @@ class _Supervisor:
     #: Folding a dead worker into ``retired.json`` reads, merges and rewrites it:
     #: workers that die together must take turns, or one fold is lost.
     retiring: trio.Lock = attrs.field(factory=trio.Lock)
+    #: Workers that said they serve, and are alive: the ones a reload round asks.
+    live: dict[int, trio.Process] = attrs.field(factory=dict)
+    #: One writer at a time on each worker's stdin.
+    stdin_locks: dict[int, trio.Lock] = attrs.field(factory=dict)
+    rounds: dict[int, _Round] = attrs.field(factory=dict)
+    tickets: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
+    reloading: trio.Lock = attrs.field(factory=trio.Lock)
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -178,10 +227,21 @@ class _Supervisor:
                         self.ready += 1
                         if self.ready == self.workers:
                             self.all_ready.set()
+                    async with trio.open_nursery() as talk:
+                        self.live[slot] = proc
+                        talk.start_soon(self._listen, slot, proc, talk)
+                        returncode = await proc.wait()
+                        talk.cancel_scope.cancel()
                 else:
                     proc.kill()
-                returncode = await proc.wait()
+                    returncode = await proc.wait()
             finally:
+                self.live.pop(slot, None)
+                for pending in self.rounds.values():
+                    pending.answer(
+                        slot,
+                        _failed(slot, ErrorCode.ABORTED, "the worker exited during the reload"),
+                    )
                 with trio.CancelScope(shield=True):
                     if proc.returncode is None:
                         proc.kill()
@@ -208,6 +268,75 @@ class _Supervisor:
             with trio.move_on_after(delay):
                 await self.stop.wait()
             delay = min(2 * delay, BACKOFF_MAX)
+
+    async def _listen(self, slot: int, proc: trio.Process, talk: trio.Nursery) -> None:
+        """Read what worker ``slot`` says after its ready line (reload outcomes and asks)."""
+        assert proc.stdout is not None
+        async for line in lines(proc.stdout, to_worker=False):
+            if isinstance(line, ReloadDone):
+                pending = self.rounds.get(line.ticket)
+                if pending is not None:
+                    result = line.result
+                    if result.worker != slot:
+                        result = msgspec.structs.replace(result, worker=slot)
+                    pending.answer(slot, result)
+            elif isinstance(line, ReloadAll):
+                talk.start_soon(self._answer, slot, line.ticket)
+
+    async def _answer(self, slot: int, ticket: int) -> None:
+        report = await self.reload_all()
+        await self._tell(slot, ReloadAnswer(ticket=ticket, report=report))
+
+    async def _tell(self, slot: int, line: ToWorker) -> bool:
+        """Write ``line`` to worker ``slot``'s stdin; False when it is gone."""
+        proc = self.live.get(slot)
+        if proc is None or proc.stdin is None:
+            return False
+        lock = self.stdin_locks.setdefault(slot, trio.Lock())
+        async with lock:
+            try:
+                await proc.stdin.send_all(encode_line(line))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        return True
+
+    async def reload_all(self) -> ReloadReport:
+        """A reload round over every worker (see the module docstring); one at a time."""
+        async with self.reloading:
+            ticket = next(self.tickets)
+            pending = _Round(waiting=set(self.live))
+            self.rounds[ticket] = pending
+            try:
+                for slot in range(self.workers):
+                    if slot not in pending.waiting:
+                        pending.results[slot] = _failed(
+                            slot,
+                            ErrorCode.OVERLOADED,
+                            "the worker is restarting: it reads the file as it starts",
+                        )
+                for slot in sorted(pending.waiting):
+                    if not await self._tell(slot, ReloadOrder(ticket=ticket)):
+                        pending.answer(slot, _failed(slot, ErrorCode.ABORTED, "the worker exited"))
+                if pending.waiting:
+                    with trio.move_on_after(RELOAD_SECONDS):
+                        await pending.done.wait()
+                for slot in sorted(pending.waiting):
+                    pending.results[slot] = _failed(
+                        slot,
+                        ErrorCode.TIMEOUT,
+                        f"the worker did not answer within {RELOAD_SECONDS:g} s",
+                    )
+            finally:
+                del self.rounds[ticket]
+            results = tuple(pending.results[slot] for slot in sorted(pending.results))
+            return ReloadReport(ok=all(result.ok for result in results), workers=results)
+
+    async def on_sighup(self) -> None:
+        from .._reload import describe_reload
+
+        report = await self.reload_all()
+        for result in report.workers:
+            self.say(describe_reload(result))
 
     def signal_all(self, signum: int) -> None:
         for proc in list(self.procs.values()):
@@ -254,11 +383,14 @@ async def supervise(
 
         sup = _Supervisor(spec=spec, out=out, figures_dir=figures_dir, workers=workers)
         url_host = f"[{host}]" if ":" in host else host
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
 
             async def on_signal() -> None:
-                async for _ in signals:
-                    sup.stop.set()
+                async for signum in signals:
+                    if signum != signal.SIGHUP:
+                        sup.stop.set()
+                    elif not sup.stopping:
+                        nursery.start_soon(sup.on_sighup)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(on_signal)
