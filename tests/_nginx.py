@@ -4,7 +4,9 @@ nginx is the distribution's package (``apt-get install -y nginx``; ``.ci/run``
 installs it when missing). It runs in the foreground (``daemon off``) with
 every path in a scratch directory and listens on 127.0.0.1 only. nginx
 cannot listen on port 0, so a free port is picked by binding and closing a
-socket, and a start that finds it taken meanwhile is retried on another.
+socket (`_ports.free_port`: outside the kernel's ephemeral range, in this
+pytest-xdist worker's own slice), and a start that finds it taken meanwhile
+is retried on another.
 
 The ``location`` block is the one ``docs/deploy.md`` recommends.
 """
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import attrs
 import trio
+from _ports import free_port
 
 #: Where Debian's package puts the binary (``/usr/sbin`` is not always on PATH).
 DEBIAN_NGINX = "/usr/sbin/nginx"
@@ -76,13 +78,6 @@ def find_nginx() -> str:
     if found is None:
         raise RuntimeError("nginx is not installed: apt-get install -y nginx (.ci/run does)")
     return found
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (nginx cannot be asked for port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @attrs.frozen

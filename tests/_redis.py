@@ -3,7 +3,8 @@
 `RedisServer.start()` runs the Debian package's binary with no persistence
 (``--save ""``, no AOF) and waits until it answers ``PING``; `stop` ends it
 (SIGKILL: what an outage looks like to a client), `restart` starts it again
-on the same port, empty. Every wait is bounded.
+on the same port, empty. Every wait is bounded. The port is from this
+pytest-xdist worker's own slice (`_ports.free_port`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import time
 
 import attrs
+from _ports import free_port
 
 #: How long a redis-server may take to answer its first PING (a loaded machine).
 STARTUP = 20.0
@@ -31,12 +33,6 @@ def redis_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
@@ -48,14 +44,24 @@ def _ping(port: int) -> bool:
 
 @attrs.define(eq=False)
 class RedisServer:
-    port: int = attrs.field(factory=_free_port)
+    port: int = attrs.field(factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, *, fresh_port_on_conflict: bool = True) -> RedisServer:
+        """Run it and wait for PING; a port taken meanwhile (redis exits) is retried on another."""
+        for _ in range(5):
+            if self._start():
+                return self
+            if not fresh_port_on_conflict:
+                break
+            self.port = free_port()
+        raise RuntimeError(f"redis-server exited at start (port {self.port})")
+
+    def _start(self) -> bool:
         self.proc = subprocess.Popen(
             [
                 redis_binary(),
@@ -76,11 +82,12 @@ class RedisServer:
         deadline = time.monotonic() + STARTUP
         while not _ping(self.port):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+                self.proc = None
+                return False
             if time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not answer PING in time")
             time.sleep(0.02)
-        return self
+        return True
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -90,4 +97,4 @@ class RedisServer:
 
     def restart(self) -> None:
         self.stop()
-        self.start()
+        self.start(fresh_port_on_conflict=False)

@@ -11,6 +11,23 @@ Helpers (plain functions, ``from conftest import ...``): `make_options`,
 Hypothesis profiles: ``$LLMRT_HYPOTHESIS_PROFILE`` selects one. ``dev`` (the
 default) runs a fifth of every property test's examples, so the suite stays
 quick to run while working; ``ci`` (what ``.ci/run`` sets) runs the full count.
+
+Keeping the suite cheap (``scripts/test`` runs it on two processes with
+``--dist loadfile``, so each file stays in one process):
+
+- Most of the suite's time is child interpreters (each ``llmrt`` CLI process,
+  ``llmrt serve`` or doc example imports trio, httpx and llmrt afresh). Start
+  a process only when the process is the point (its exit status, signals, its
+  output); otherwise serve in the test's own trio loop (``serve_gateway``,
+  ``llmrt.testing.open_upstream``) and call it in-process.
+- Share a served process between the tests of one file with a module-scoped
+  fixture when the tests only read from it; a file is never split between
+  workers, so the fixture starts once per run.
+- Ports: ask for port 0 wherever the server can report its port; for servers
+  that cannot (redis-server, nginx) and for "nothing listens here" ports, use
+  ``_ports.free_port``: it draws from this worker's own slice, outside port 0's range.
+- Property tests take ``max_examples=examples(full)`` (or the profile's
+  default); nothing is tuned to a wall-clock time.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ real process.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -18,6 +17,7 @@ import pytest
 import trio
 import trio.testing
 from _cli_process import kill, spawn_cli
+from _ports import free_port
 
 import llmrt
 from llmrt import ErrorCode, LlmError
@@ -78,13 +78,6 @@ async def token_gateway() -> AsyncIterator[GatewayServer]:
                 yield server
             finally:
                 nursery.cancel_scope.cancel()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_connecting_to_a_silent_peer_is_bounded_by_the_connect_timeout(

@@ -8,12 +8,12 @@ a ``/v1`` base URL), ``ollama`` reads Ollama's native ``GET /api/tags``.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from _ports import free_port
 
 import llmrt
 from llmrt import ErrorCode
@@ -59,11 +59,8 @@ def ollama_router(request: RecordedRequest) -> Any:
 
 
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A loopback port nothing listens on (from this worker's slice: none of the run takes it)."""
+    return free_port()
 
 
 async def test_an_openai_compatible_endpoint_is_discovered_at_v1_models() -> None:

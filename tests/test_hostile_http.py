@@ -20,6 +20,7 @@ import attrs
 import msgspec
 import pytest
 import trio
+from _ports import free_port
 
 import llmrt
 from llmrt import ErrorCode, Finish, FinishError, FinishStop, NormalRetryPolicy, StreamChunk
@@ -501,9 +502,7 @@ async def test_a_body_cut_short_stays_a_network_error() -> None:
 
 
 async def test_a_refused_connection_names_the_endpoint() -> None:
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nothing listens on, nor will during the test
     [chunks] = await run_calls(f"http://127.0.0.1:{port}/v1?key={KEY}")
     lost = failure(chunks)
     assert lost.code == ErrorCode.NETWORK

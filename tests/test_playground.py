@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 import trio
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -311,9 +312,14 @@ class Page:
         )
 
     def wait(self, what: Callable[[], Any], timeout: float = WAIT, message: str = "") -> Any:
-        return WebDriverWait(self.d, timeout, poll_frequency=0.02).until(
-            lambda _: what(), message=message
-        )
+        # An element the page replaced while ``what`` read it (the provider list
+        # rebuilt on providers-changed) is read again at the next poll.
+        return WebDriverWait(
+            self.d,
+            timeout,
+            poll_frequency=0.02,
+            ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+        ).until(lambda _: what(), message=message)
 
     def js(self, script: str, *args: Any) -> Any:
         return self.d.execute_script(script, *args)

@@ -107,7 +107,9 @@ class Machine:
         (self.venv / "bin").mkdir(parents=True)
         shutil.copy(self.bin.parent / "venv-python", self.venv / "bin" / "python")
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, jobs: str | None = None, **environ: str
+    ) -> subprocess.CompletedProcess[str]:
         env = {
             "PATH": str(self.bin),
             "HOME": str(self.bin.parent),
@@ -115,6 +117,9 @@ class Machine:
             # Only PATH is searched: the real machine's /usr/sbin/nginx must not count.
             "LLMRT_SYSTEM_DIRS": "",
         }
+        if jobs is not None:
+            env["LLMRT_TEST_JOBS"] = jobs
+        env.update(environ)
         bash = shutil.which("bash")
         assert bash is not None
         return subprocess.run(
@@ -191,8 +196,8 @@ def test_missing_packages_are_installed_then_pytest_runs(
         "venv-python -I -",
         "venv-python -c " + venv_calls[2].removeprefix("venv-python -c "),
         "venv-python -m pip install -q .[test]",
-        # pytest last, with the arguments given.
-        "venv-python -m pytest -q tests/test_demo.py",
+        # pytest last, on two processes by file, with the arguments given.
+        "venv-python -m pytest -n 2 --dist loadfile -q tests/test_demo.py",
     ]
 
 
@@ -204,7 +209,7 @@ def test_with_every_package_present_nothing_is_installed(tmp_path: pathlib.Path)
     assert not any("apt-get" in c for c in machine.calls())
     # The venv existed: not created again; the project is installed, then pytest runs.
     assert not any(c.startswith("python3 -m venv") for c in machine.calls())
-    assert machine.calls()[-1] == "venv-python -m pytest -k demo"
+    assert machine.calls()[-1] == "venv-python -m pytest -n 2 --dist loadfile -k demo"
 
 
 def test_an_editable_install_stays_editable_and_is_refreshed_with_pyproject(
@@ -220,4 +225,56 @@ def test_an_editable_install_stays_editable_and_is_refreshed_with_pyproject(
     machine.log.write_text("")
     assert machine.run().returncode == 0
     assert [c for c in machine.calls() if "pip" in c] == []
-    assert machine.calls()[-1] == "venv-python -m pytest"
+    assert machine.calls()[-1] == "venv-python -m pytest -n 2 --dist loadfile"
+
+
+@pytest.mark.parametrize(
+    ("args", "jobs", "pytest"),
+    [
+        ((), "4", "-n 4 --dist loadfile"),
+        ((), "0", "-n 0 --dist loadfile"),
+        (("-n", "3", "-q"), None, "-n 3 -q"),
+        (("-n1",), "4", "-n1"),
+        (("--numprocesses=auto",), None, "--numprocesses=auto"),
+        (("-p", "no:xdist", "-x"), None, "-p no:xdist -x"),
+        (("-k", "n"), None, "-n 2 --dist loadfile -k n"),
+    ],
+    ids=["jobs", "jobs-0", "caller-n", "caller-n1", "numprocesses", "no-xdist", "not-an-n"],
+)
+def test_pytest_runs_on_test_jobs_processes_unless_the_caller_chooses(
+    tmp_path: pathlib.Path, args: tuple[str, ...], jobs: str | None, pytest: str
+) -> None:
+    machine = Machine(tmp_path, uid=0, installed=set(COMMANDS), sudo=False)
+    machine.make_venv()
+    result = machine.run(*args, jobs=jobs)
+    assert result.returncode == 0, result
+    assert machine.calls()[-1] == f"venv-python -m pytest {pytest}"
+
+
+@pytest.mark.parametrize(
+    ("environ", "seen"),
+    [
+        ({}, "unset unset"),
+        ({"PYTHONDONTWRITEBYTECODE": "1"}, "unset {venv}/pycache"),
+        ({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/c"}, "unset /c"),
+        ({"PYTHONPYCACHEPREFIX": "/c"}, "unset /c"),
+    ],
+    ids=["plain", "dont-write", "dont-write-with-prefix", "prefix"],
+)
+def test_pytest_runs_with_a_bytecode_cache_never_beside_the_sources_when_told_not_to(
+    tmp_path: pathlib.Path, environ: dict[str, str], seen: str
+) -> None:
+    machine = Machine(tmp_path, uid=0, installed=set(COMMANDS), sudo=False)
+    machine.make_venv()
+    python = machine.venv / "bin" / "python"
+    python.write_text(
+        python.read_text(encoding="utf-8").replace(
+            'echo "venv-python $*"',
+            'echo "venv-python $* (${PYTHONDONTWRITEBYTECODE-unset} ${PYTHONPYCACHEPREFIX-unset})"',
+        ),
+        encoding="utf-8",
+    )
+    result = machine.run("-q", **environ)
+    assert result.returncode == 0, result
+    expected = seen.format(venv=machine.venv)
+    assert machine.calls()[-1] == f"venv-python -m pytest -n 2 --dist loadfile -q ({expected})"
