@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from llmrt._adapter import Adapter
+from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode
 
 __all__ = ["Registration", "Leaseholder"]
@@ -42,6 +43,8 @@ class Registration:
     _draining: bool = attrs.field(default=False, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: What the adapter is lent while registered (None: the actor starts its own).
+    services: RuntimeServices | None = attrs.field(default=None, kw_only=True)
     _mailbox: trio.MemorySendChannel[float] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[float] = attrs.field(init=False)
 
@@ -82,7 +85,29 @@ class Registration:
         self._mailbox.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The actor: wait for the drain order, drain, close the adapter."""
+        """The actor: lend the adapter its services, wait for the drain order, drain, close it.
+
+        The services' nursery (the adapter's background tasks: its
+        transport's read deadlines) is this task's: it ends after the
+        adapter is closed. ``services`` given: those, and nothing started.
+        """
+        async with trio.open_nursery() as nursery:
+            services = self.services or await RuntimeServices.start(nursery)
+            try:
+                self.adapter.attach_runtime(services)
+            except Exception:
+                log.exception("adapter %r failed to attach", type(self.adapter).__name__)
+            try:
+                await self._serve(task_status)
+            finally:
+                try:
+                    self.adapter.detach_runtime()
+                except Exception:
+                    log.exception("adapter %r failed to detach", type(self.adapter).__name__)
+                nursery.cancel_scope.cancel()
+                self.closed.set()
+
+    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
         try:
             async with self._inbox:
@@ -110,4 +135,3 @@ class Registration:
                     type(self.adapter).__name__,
                     ADAPTER_CLOSE_TIMEOUT,
                 )
-            self.closed.set()
