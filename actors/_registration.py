@@ -88,38 +88,24 @@ class Registration:
         """The actor: lend the adapter its services, wait for the drain order, drain, close it.
 
         The services' nursery (the adapter's background tasks: its
-        transport's read deadlines) is this task's: it ends after the
+        transport's read deadlines) is this task's, and ends before the
         adapter is closed. ``services`` given: those, and nothing started.
         """
-        async with trio.open_nursery() as nursery:
-            services = self.services or await RuntimeServices.start(nursery)
-            try:
-                self.adapter.attach_runtime(services)
-            except Exception:
-                log.exception("adapter %r failed to attach", type(self.adapter).__name__)
-            try:
-                await self._serve(task_status)
-            finally:
-                try:
-                    self.adapter.detach_runtime()
-                except Exception:
-                    log.exception("adapter %r failed to detach", type(self.adapter).__name__)
-                nursery.cancel_scope.cancel()
-                self.closed.set()
-
-    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()
         try:
-            async with self._inbox:
+            async with trio.open_nursery() as nursery:
+                services = self.services or await RuntimeServices.start(nursery)
                 try:
-                    timeout = await self._inbox.receive()
-                except trio.EndOfChannel:  # pragma: no cover - drain() always sends first
-                    timeout = 0.0
-            with trio.move_on_after(timeout):
-                await self._idle.wait()
-            for holder in list(self._leases):
-                holder.abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
-            await self._idle.wait()
+                    self.adapter.attach_runtime(services)
+                except Exception:
+                    log.exception("adapter %r failed to attach", type(self.adapter).__name__)
+                try:
+                    await self._drained(task_status)
+                finally:
+                    try:
+                        self.adapter.detach_runtime()
+                    except Exception:
+                        log.exception("adapter %r failed to detach", type(self.adapter).__name__)
+                    nursery.cancel_scope.cancel()
         finally:
             self._draining = True
             for holder in list(self._leases):
@@ -135,3 +121,18 @@ class Registration:
                     type(self.adapter).__name__,
                     ADAPTER_CLOSE_TIMEOUT,
                 )
+            self.closed.set()
+
+    async def _drained(self, task_status: trio.TaskStatus[None]) -> None:
+        """Started; return once drained (the drain order, then the calls' end or their abort)."""
+        task_status.started()
+        async with self._inbox:
+            try:
+                timeout = await self._inbox.receive()
+            except trio.EndOfChannel:  # pragma: no cover - drain() always sends first
+                timeout = 0.0
+        with trio.move_on_after(timeout):
+            await self._idle.wait()
+        for holder in list(self._leases):
+            holder.abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
+        await self._idle.wait()
