@@ -1,8 +1,9 @@
-"""`TrioTransport`: an httpx transport speaking HTTP/1.1 over trio sockets, with an O(1) pool.
+"""`TrioTransport`: HTTP/1.1 over trio sockets, with an O(1) pool.
 
-httpx stays the adapters' HTTP API (``httpx.MockTransport`` and httpx's
-configuration keep working); this replaces httpcore underneath, for two
-reasons measured on thousands of concurrent streams. httpcore's pool scans
+It speaks the adapters' transport interface natively (`exchange`, see
+``_exchange.py``: an encoded request head and body in, one network read per
+``receive`` out) and is an httpx transport as well (`handle_async_request`,
+for an ``httpx.AsyncClient``). It replaces httpcore for two reasons measured on thousands of concurrent streams. httpcore's pool scans
 every connection whenever a request starts or ends, which dominates CPU at
 1,000+ streams; and its h11-based HTTP/1.1 stack costs several Python
 objects and calls per HTTP chunk, which is per token for a provider that
