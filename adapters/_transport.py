@@ -3,7 +3,8 @@
 It speaks the adapters' transport interface natively (`exchange`, see
 ``_exchange.py``: an encoded request head and body in, one network read per
 ``receive`` out) and is an httpx transport as well (`handle_async_request`,
-for an ``httpx.AsyncClient``). It replaces httpcore for two reasons measured on thousands of concurrent streams. httpcore's pool scans
+for an ``httpx.AsyncClient``). It replaces httpcore for two reasons
+measured on thousands of concurrent streams. httpcore's pool scans
 every connection whenever a request starts or ends, which dominates CPU at
 1,000+ streams; and its h11-based HTTP/1.1 stack costs several Python
 objects and calls per HTTP chunk, which is per token for a provider that
