@@ -790,7 +790,7 @@ async def open_runtime(
                 finally:
                     registry_done.set()
 
-            await nursery.start(run_registry)
+            await nursery.start(run_registry, name="llmrt.registry")
             await nursery.start(watchdog.run)
             core = RuntimeCore(
                 registry=registry,
