@@ -27,7 +27,6 @@ Guarantees (each a test):
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import logging
 import math
@@ -59,7 +58,7 @@ from llmrt._features import refuse_unsupported
 from llmrt._redact import Redactor
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
-from llmrt._stop_hooks import enter_call, exit_call
+from llmrt._stop_hooks import CURRENT_CALL, enter_call
 from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
@@ -96,12 +95,6 @@ Next = Callable[[GenerateOptions], AsyncIterator[StreamChunk]]
 #: generator that iterates ``next(request)`` (possibly with another request),
 #: wraps it, or yields its own chunks without calling ``next`` at all.
 Middleware = Callable[[GenerateOptions, Next], AsyncIterator[StreamChunk]]
-
-#: The call whose task runs a middleware chain. Set in the call task only when
-#: there is a chain (one context-variable write per call), so a middleware can
-#: learn what its stream alone cannot tell: why it was cancelled (abort or
-#: timeout) and the call's bounded metric labels. Read it with `current_call`.
-_CURRENT_CALL: contextvars.ContextVar[Call] = contextvars.ContextVar("llmrt_current_call")
 
 _CONTENT = frozenset({BlockStart, TextDelta, ReasoningDelta, ToolCallDelta, BlockEnd})
 #: How long closing an adapter's iterator may take after a call ended.
@@ -538,7 +531,7 @@ class Call:
                 saw_block = False
                 started = first = self._watch_last = clock.current_time()
                 self._watch()
-                enter_call(trio.lowlevel.current_task(), self)  # for llmrt.adapter.close_on_stop
+                enter_call(self)  # for llmrt.adapter.close_on_stop and `current_call`
                 with self._scope:
                     try:
                         opened = await self._dispatch()
@@ -586,7 +579,6 @@ class Call:
         except trio.BrokenResourceError:
             pass  # the consumer left before the end: nobody to tell
         finally:
-            exit_call(trio.lowlevel.current_task())
             self._ended_task(series, delivered, middleware_failed)
 
     async def _close(self, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:
@@ -635,8 +627,7 @@ class Call:
             if not isinstance(opened, Finish):
                 self._inner = opened
             return opened
-        _CURRENT_CALL.set(self)  # the call task's own context
-        self._chained = True
+        self._chained = True  # `current_call` answers from now on
         nxt: Next = self._innermost
         for middleware in reversed(middlewares):
             nxt = _link(middleware, nxt)
@@ -837,7 +828,10 @@ def current_call() -> Call | None:
     stopped it when it was cancelled (`Call.stopped_by`) and its bounded
     labels (`Call.labels`).
     """
-    return _CURRENT_CALL.get(None)
+    call = CURRENT_CALL.get(None)
+    if type(call) is Call and call._chained:
+        return call
+    return None
 
 
 def _link(middleware: Middleware, inner: Next) -> Next:

@@ -117,14 +117,14 @@ class RuntimeCore:
     registry: Registry
     watchdog: Watchdog
     nursery: trio.Nursery
+    #: Cancels stopped calls' work: at once, or in waves (a task in ``nursery``).
+    stopper: Stopper
     default_idle_timeout: float
     channel_size: int
     stats: StatsCounters = attrs.field(factory=StatsCounters)
     #: The host's image store: durable image attachments are read through it.
     image_attachments: ImageAttachments | None = None
     middlewares: tuple[Middleware, ...] = ()
-    #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
-    stopper: Stopper = attrs.field(factory=Stopper)
     #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     calls: set[Call] = attrs.field(factory=set)
@@ -796,6 +796,7 @@ async def open_runtime(
                 registry=registry,
                 watchdog=watchdog,
                 nursery=nursery,
+                stopper=Stopper(nursery),
                 default_idle_timeout=idle,
                 channel_size=channel_size,
                 image_attachments=image_attachments,
