@@ -42,6 +42,7 @@ from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._dispatch import run_call
 from ._misuse import require_trio
 from ._model_lists import ModelListCache
 from ._prepare import (
@@ -155,12 +156,12 @@ class RuntimeCore:
         series.counters.started += 1
         self.calls.add(call)
         if self.closing:
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shut down")
         return series
 
     def spawn(self, call: Call) -> bool:
         try:
-            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
+            self.nursery.start_soon(run_call, call, name=_CALL_TASK_NAME)
         except RuntimeError:  # the runtime's nursery is closed
             return False
         return True
@@ -237,7 +238,7 @@ class RuntimeCore:
         self.shutting_down.set()
         self.router.close()
         for call in list(self.calls):
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
         if self.calls:
             with trio.move_on_after(grace):
                 await self._all_ended.wait()
