@@ -144,7 +144,13 @@ async def run_call(call: Call) -> None:
                     else:
                         raised = exc  # it left the middleware chain
                 finally:
-                    dropped = await _close_work(call, source, finish is not None)
+                    if finish is None and _nothing_open(call, source):
+                        # The stopped call's usual end: the adapter's stream ended with
+                        # the stop's Cancelled, so there is nothing to close or drain.
+                        dropped = 0
+                        _release(call)
+                    else:
+                        dropped = await _close_work(call, source, finish is not None)
             core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
             item = _finish(call, finish, failed, raised, saw_block)
             middleware_failed = type(item) is _Raise
@@ -156,6 +162,14 @@ async def run_call(call: Call) -> None:
         pass  # the consumer left before the end: nobody to tell
     finally:
         _ended_task(call, series, delivered, middleware_failed)
+
+
+def _nothing_open(call: Call, source: AsyncIterator[StreamChunk] | None) -> bool:
+    """Whether the adapter's (and any middleware's) stream has already ended."""
+    inner = call._inner
+    if inner is not None and inner is not source and getattr(inner, "ag_frame", True) is not None:
+        return False
+    return source is None or getattr(source, "ag_frame", True) is None
 
 
 async def _close_work(call: Call, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:
