@@ -152,6 +152,12 @@ async def run_call(call: Call) -> None:
                     else:
                         dropped = await _close_work(call, source, finish is not None)
             core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
+            if box.gone:
+                # The consumer left: no finish is made for nobody, and no put raises.
+                middleware_failed = raised is not None and (
+                    call._cause is None or finish is not None
+                )
+                return
             item = _finish(call, finish, failed, raised, saw_block)
             middleware_failed = type(item) is _Raise
         if not box.put_nowait(item):

@@ -199,6 +199,11 @@ class Mailbox(trio.abc.Channel[Any]):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def gone(self) -> bool:
+        """The consumer left (`leave`): nothing put from now on reaches anyone."""
+        return self._gone
+
     def park_getter(self) -> None:
         """Register the current task as the parked consumer; it must then
         ``await trio.lowlevel.wait_task_rescheduled(box.abort_get)``, which
