@@ -243,3 +243,33 @@ async def test_the_wave_task_runs_in_the_runtimes_nursery_not_as_a_system_task()
                 ]
                 assert len(waves) == 1  # held by the runtime's nursery, which waits for it
     assert len(results) == 2 * WAVE
+
+
+async def test_an_outer_scope_cancelling_many_consumers_stops_their_calls_in_waves() -> None:
+    n = 3 * WAVE + 5
+    never = llmrt.AbortController()  # not aborted: the outer scope is what stops them
+    results: list[list[StreamChunk]] = []
+    calls: list[llmrt.Call] = []
+    with trio.fail_after(30):
+        async with llmrt.open_runtime() as rt:
+            adapter = ScriptedAdapter(STALL_AFTER_ONE)
+            await rt.register_adapter(["p"], adapter)
+            stopper = stopper_of(rt)
+            passes = Passes(stopper)
+            with trio.CancelScope() as outer:
+                async with trio.open_nursery() as nursery:
+                    await start_stalled(rt, n, never.signal, nursery, results, calls)
+                    assert adapter.open_streams == n
+                    trio.lowlevel.add_instrument(passes)
+                    outer.cancel()
+            trio.lowlevel.remove_instrument(passes)
+            # Every consumer left only once its call task ended.
+            assert adapter.open_streams == 0
+            assert stopper.queued == 0
+            assert stopper.running == 0
+            assert all(call.stopped_by is None for call in calls)  # left, not aborted
+    assert results == []  # each consumer was cancelled inside its iteration
+    # The leaving consumers' stops queued past one wave and drained a wave per pass.
+    assert max(passes.queued) > 0, passes.queued
+    assert all(a - b <= WAVE for a, b in itertools.pairwise(passes.queued)), passes.queued
+    assert passes.queued[-1] == 0
