@@ -163,3 +163,42 @@ async def test_no_call_is_left_registered_once_calls_end() -> None:
     assert CURRENT_CALL.get(None) is None
     assert call._closers is None
     assert stray == []
+
+
+class ReadingSocket(Adapter):
+    """Waits on a real socket read whose socket its closer closes; notes what the read raised."""
+
+    def __init__(self) -> None:
+        self.raised: list[type[BaseException]] = []
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        ours, theirs = trio.socket.socketpair()
+        close_on_stop(ours.close)
+        try:
+            yield BlockStart(index=0, block_type="text")
+            yield TextDelta(index=0, text="hi")
+            try:
+                await ours.recv(1)
+            except BaseException as exc:
+                self.raised.append(type(exc))
+                raise
+        finally:
+            ours.close()
+            theirs.close()
+
+
+@pytest.mark.parametrize("how", ["abort", "leave"])
+async def test_a_stopped_read_wakes_to_cancelled_not_to_its_closed_socket(how: str) -> None:
+    """The stop cancels before the closers run: nothing has a read error to translate."""
+    adapter = ReadingSocket()
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        with trio.fail_after(10):
+            async with rt.stream(_options()) as call:
+                async for chunk in call:
+                    if type(chunk) is TextDelta:
+                        if how == "abort":
+                            call.abort()
+                        else:
+                            break
+    assert adapter.raised == [trio.Cancelled]
