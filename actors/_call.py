@@ -329,17 +329,15 @@ class Call:
         if not self._entered:
             return  # never started: no task to wait for
         if not self._task_done:
-            # Cancel first, through the stopper (so an outer scope cancelling
-            # thousands of consumers stops their calls in waves too): a task
-            # parked on the adapter's read wakes to Cancelled, not to the error
-            # of a socket closed under it, which the adapter would translate
-            # for nobody. Then the closers, before any checkpoint: the provider
-            # sees the close at once. Then leave(), which wakes a producer
-            # parked outside the scope.
+            # The adapter's closers first, before any checkpoint: the provider
+            # sees the close at once. Then the stop, through the stopper, so an
+            # outer scope cancelling thousands of consumers stops their calls in
+            # waves too (a producer parked inside the scope gets Cancelled); then
+            # leave(), which wakes a producer parked outside it.
+            self._run_closers()
             if not self._stop_counted:
                 self._stop_counted = True
                 self._core.stopper.stop(self._scope)
-            self._run_closers()
             self._box.leave()
             with trio.CancelScope(shield=True):
                 if not self._task_done:
@@ -445,14 +443,12 @@ class Call:
         """Make ``cause`` the call's terminal item, unless one was chosen; True if it was."""
         if self._cause is None and not self._task_done:
             self._cause = cause
-            # Cancel first (see `__aexit__`): the task wakes to Cancelled rather
-            # than to its closed socket's read error. Then the closers, at once.
+            self._run_closers()  # first: cancelling the scope reschedules the task, which costs
             if self._entered:
                 self._stop_counted = True
                 self._core.stopper.stop(self._scope)  # at once, or in a wave (see _stopper.py)
             else:
                 self._scope.cancel()  # no task yet, nothing parked: its end would never count out
-            self._run_closers()
             return True
         return False
 
