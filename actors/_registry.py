@@ -186,6 +186,10 @@ class Registry:
                         result = await self._apply(command, nursery)
                     except Exception as exc:
                         command.reply.set(outcome.Error(exc))
+                    except BaseException:
+                        # Cancelled mid-command: its sender still gets an answer.
+                        command.reply.set(outcome.Error(trio.ClosedResourceError(_CLOSED)))
+                        raise
                     else:
                         command.reply.set(outcome.Value(result))
             finally:
