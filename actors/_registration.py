@@ -28,7 +28,7 @@ ADAPTER_CLOSE_TIMEOUT = 10.0
 
 
 class Leaseholder(Protocol):
-    def abort_with(self, code: str, message: str) -> None: ...
+    def _abort_with(self, code: str, message: str) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -109,7 +109,7 @@ class Registration:
         finally:
             self._draining = True
             for holder in list(self._leases):
-                holder.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+                holder._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
             with trio.move_on_after(ADAPTER_CLOSE_TIMEOUT, shield=True) as scope:
                 try:
                     await self.adapter.aclose()
@@ -134,5 +134,5 @@ class Registration:
         with trio.move_on_after(timeout):
             await self._idle.wait()
         for holder in list(self._leases):
-            holder.abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
+            holder._abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
         await self._idle.wait()

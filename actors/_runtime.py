@@ -43,6 +43,7 @@ from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._dispatch import run_call
 from ._misuse import require_trio
 from ._model_lists import ModelListCache
 from ._prepare import (
@@ -120,14 +121,14 @@ class RuntimeCore:
     registry: Registry
     watchdog: Watchdog
     nursery: trio.Nursery
+    #: Cancels stopped calls' work: at once, or in waves (a task in ``nursery``).
+    stopper: Stopper
     default_idle_timeout: float
     channel_size: int
     stats: StatsCounters = attrs.field(factory=StatsCounters)
     #: The host's image store: durable image attachments are read through it.
     image_attachments: ImageAttachments | None = None
     middlewares: tuple[Middleware, ...] = ()
-    #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
-    stopper: Stopper = attrs.field(factory=Stopper)
     #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     #: The call log (None: off, the default).
@@ -162,12 +163,12 @@ class RuntimeCore:
         series.counters.started += 1
         self.calls.add(call)
         if self.closing:
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shut down")
         return series
 
     def spawn(self, call: Call) -> bool:
         try:
-            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
+            self.nursery.start_soon(run_call, call, name=_CALL_TASK_NAME)
         except RuntimeError:  # the runtime's nursery is closed
             return False
         return True
@@ -246,7 +247,7 @@ class RuntimeCore:
         self.shutting_down.set()
         self.router.close()
         for call in list(self.calls):
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
         if self.calls:
             with trio.move_on_after(grace):
                 await self._all_ended.wait()
@@ -840,12 +841,13 @@ async def open_runtime(
                 finally:
                     registry_done.set()
 
-            await nursery.start(run_registry)
+            await nursery.start(run_registry, name="llmrt.registry")
             await nursery.start(watchdog.run)
             core = RuntimeCore(
                 registry=registry,
                 watchdog=watchdog,
                 nursery=nursery,
+                stopper=Stopper(nursery),
                 default_idle_timeout=idle,
                 channel_size=channel_size,
                 image_attachments=image_attachments,

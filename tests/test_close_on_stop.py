@@ -141,8 +141,10 @@ async def test_an_aborted_http_stream_is_closed_before_the_call_task_runs() -> N
 
 
 async def test_no_call_is_left_registered_once_calls_end() -> None:
-    from llmrt._stop_hooks import _CALLS
+    """The call is found through its own task's context: nothing outlives the call task."""
+    from llmrt._stop_hooks import CURRENT_CALL
 
+    stray: list[int] = []
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], Holding(finish=True))
         async with rt.stream(_options()) as call:
@@ -154,6 +156,10 @@ async def test_no_call_is_left_registered_once_calls_end() -> None:
         ) as call:
             async for chunk in call:
                 if type(chunk) is TextDelta:
-                    assert len(_CALLS) == 1  # the stalled call's task, while it runs
+                    assert len(call._closers or ()) == 1  # the stalled call's closer, while it runs
                     call.abort()
-    assert _CALLS == {}
+        # Outside any call task nothing is registered: a closer here is never kept.
+        close_on_stop(lambda: stray.append(1))
+    assert CURRENT_CALL.get(None) is None
+    assert call._closers is None
+    assert stray == []
