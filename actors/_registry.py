@@ -10,9 +10,12 @@ immutable `Topology` (no reader ever sees half a change) and notifies
 snapshot, and never wait on the actor.
 
 The actor also owns the lifetime of the registration actors: they run in
-its nursery and are drained when it ends. Nothing it applies waits on
-anything slow: a disposed registration's drain, and closing a withdrawn
-discovery, are awaited by the caller after its reply.
+its nursery and are drained when it ends. Each is given the registry's
+`services` (in a runtime: the runtime's nursery and its watchdog's
+deadline heap, so adapters' transports and the idle watchdog share one
+lazy heap). Nothing it applies waits on anything slow: a disposed
+registration's drain, and closing a withdrawn discovery, are awaited by
+the caller after its reply.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import outcome
 import trio
 
 from llmrt._adapter import Adapter
+from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import revalidated
 from llmrt._request import ConfigurableProvider, ProviderInfo
@@ -149,6 +153,8 @@ class Registry:
     """
 
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    #: What every registration lends its adapter (None: each registration starts its own).
+    services: RuntimeServices | None = attrs.field(default=None, kw_only=True)
     topology: Topology = attrs.field(default=EMPTY_TOPOLOGY, init=False)
     #: Subscriber receive end -> the send end the registry notifies through.
     _subscribers: dict[trio.MemoryReceiveChannel[None], trio.MemorySendChannel[None]] = attrs.field(
@@ -358,7 +364,10 @@ class Registry:
                     "this adapter instance is already registered; use its handle's replace()",
                 )
         registration = Registration(
-            adapter=adapter, id=next(self._ids), idle_timeout=command.idle_timeout
+            adapter=adapter,
+            id=next(self._ids),
+            idle_timeout=command.idle_timeout,
+            services=self.services,
         )
         routes = self._routes_for(registration, command.providers, allow_empty=False)
         self._registrations[registration] = tuple(command.providers)

@@ -22,6 +22,7 @@ from llmrt._attachment import (
 from llmrt._chunks import Finish, FinishAborted, FinishError
 from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._content import ImageBlock
+from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import raise_sole, revalidated
 from llmrt._image_route import ImageRequestPolicy, ImageRequestPricing
@@ -831,8 +832,12 @@ async def open_runtime(
     logged = _call_log(call_log)
     try:
         async with trio.open_nursery() as nursery:
-            registry = Registry(drain_timeout=drain_timeout)
             watchdog = Watchdog()
+            await nursery.start(watchdog.run)
+            # One lazy deadline heap for the runtime: the idle watchdog's calls and
+            # every adapter transport's read deadlines.
+            services = RuntimeServices(nursery=nursery, deadlines=watchdog)
+            registry = Registry(drain_timeout=drain_timeout, services=services)
             registry_done = trio.Event()
 
             async def run_registry(*, task_status: trio.TaskStatus[None]) -> None:
@@ -842,7 +847,6 @@ async def open_runtime(
                     registry_done.set()
 
             await nursery.start(run_registry, name="llmrt.registry")
-            await nursery.start(watchdog.run)
             core = RuntimeCore(
                 registry=registry,
                 watchdog=watchdog,

@@ -122,9 +122,11 @@ class DeadlineHeap:
 class RuntimeServices:
     """What a runtime lends an adapter while a registration holds it (`Adapter.attach_runtime`).
 
-    ``nursery`` hosts the adapter's background tasks (they end when the
-    registration closes); ``deadlines`` is a running `DeadlineHeap` for the
-    adapter's timeouts (its transport's read deadlines).
+    ``nursery`` hosts the adapter's background tasks; ``deadlines`` is a
+    running `DeadlineHeap` for the adapter's timeouts (its transport's read
+    deadlines). In a runtime both are the runtime's: its nursery and its
+    idle watchdog's heap, one for every registration; a registration used
+    alone starts its own, ending before its adapter is closed.
     """
 
     nursery: trio.Nursery

@@ -221,11 +221,14 @@ async def test_a_registration_lends_the_transport_its_deadline_heap() -> None:
         async with llmrt.open_runtime() as rt:
             handle = await rt.register_adapter(["p"], adapter)
             heap = transport._deadlines
-            assert heap is not None and heap.running
+            # The runtime's one heap: its idle watchdog's.
+            assert heap is rt._core.watchdog and heap.running
             async with rt.stream(_options()) as call:
                 assert [c async for c in call][-1] == Finish(reason=FinishStop())
             await handle.dispose()
-            assert transport._deadlines is None and not heap.running
+            # Taken back from the adapter; the heap stays the runtime's.
+            assert transport._deadlines is None and heap.running
+        assert not heap.running
 
 
 async def test_the_deadline_heap_fires_moves_and_forgets(

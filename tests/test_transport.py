@@ -14,7 +14,15 @@ import trio
 import trio.testing
 
 import llmrt
-from llmrt import Finish, FinishAborted, FinishStop, GenerateOptions, TextDelta
+from llmrt import (
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    FinishStop,
+    GenerateOptions,
+    TextDelta,
+)
 from llmrt.adapter import RuntimeServices
 from llmrt.adapters._h11lite import ChunkedDecoder, parse_response_head, request_head
 from llmrt.adapters._transport import TrioTransport
@@ -490,3 +498,35 @@ async def test_the_read_deadline_heap_lets_go_when_nothing_is_left_to_watch(
         again = await client.post(CHAT, content=b"{}", timeout=timeout)
         assert again.status_code == 200
         await client.aclose()
+
+
+async def test_in_a_runtime_the_transport_and_the_watchdog_share_one_heap(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.02
+    stalled = SSEScript(events=openai_events(["a", "b"]), stall_after=1)
+    async with open_upstream(stalled) as upstream:
+        async with llmrt.open_runtime(stream_idle_timeout=60.0) as rt:
+            transport = TrioTransport()
+            served = OpenAIChatAdapter(
+                base_url=upstream.base_url,
+                api_key_env="K",
+                environ={"K": "sk-test-123"},
+                transport=transport,
+                timeout=httpx.Timeout(5.0, read=3.0),
+            )
+            await rt.register_adapter(["p"], served)
+            watchdog = rt._core.watchdog
+            assert transport._deadlines is watchdog  # lent by the registration, not its own
+            async with rt.stream(options()) as call:
+                chunks = [chunk async for chunk in call]
+            last = chunks[-1]
+            # The read deadline fired on the watchdog's heap; the watchdog itself did not.
+            assert isinstance(last, Finish) and isinstance(last.reason, FinishError)
+            assert last.reason.failure.code == ErrorCode.TIMEOUT
+            assert watchdog.firings == 0
+            assert trio.current_time() < 60.0
+            with trio.fail_after(5):
+                record = await upstream.wait_connection_closed(0)
+    assert record.closed_by == "client"
+    assert transport._deadlines is None  # the registration took its services back
