@@ -165,18 +165,6 @@ class CallHost(Protocol):
         """Start ``call``'s task; False when the runtime can no longer run tasks."""
         ...
 
-    def call_worked(
-        self,
-        series: CallSeries,
-        forwarded: int,
-        dropped: int,
-        started: float,
-        first: float,
-        ended: float,
-    ) -> None:
-        """Count a call's adapter work (see `_runtime.RuntimeCore.call_worked`)."""
-        ...
-
     def call_ended(
         self,
         call: Call,
@@ -184,8 +172,14 @@ class CallHost(Protocol):
         delivered: Finish | None,
         middleware_failed: bool,
         abort_latency: float | None,
+        forwarded: int = 0,
+        dropped: int = 0,
+        started: float | None = None,
+        first: float = 0.0,
+        ended: float = 0.0,
     ) -> None:
-        """Count ``call`` out: what it delivered (None: the consumer left first)."""
+        """Count ``call`` out: what it delivered (None: the consumer left first) and its
+        adapter work (see `_runtime.RuntimeCore.call_ended`)."""
         ...
 
 

@@ -87,6 +87,12 @@ async def run_call(call: Call) -> None:
     assert series is not None  # set by __aenter__ before the task starts
     delivered: Finish | None = None
     middleware_failed = False
+    # The adapter work `_ended_task` counts (``started`` None: the call did none).
+    forwarded = dropped = 0
+    started: float | None = None
+    first = ended = 0.0
+    # When the finish went into the box, if not at ``ended`` (0.0: at ``ended``).
+    delivered_at = 0.0
     try:
         if call._cause is not None:  # aborted before it started: no lookup, no I/O
             item: Finish | _Raise = call._cause
@@ -102,7 +108,6 @@ async def run_call(call: Call) -> None:
             failed: Exception | None = None
             raised: Exception | None = None
             source: AsyncIterator[StreamChunk] | None = None
-            forwarded = 0
             saw_block = False
             started = first = call._watch_last = clock.current_time()
             call._watch()
@@ -154,13 +159,13 @@ async def run_call(call: Call) -> None:
                         raised = exc  # it left the middleware chain
                 finally:
                     if finish is None and _nothing_open(call, source):
-                        # The stopped call's usual end: the adapter's stream ended with
-                        # the stop's Cancelled, so there is nothing to close or drain.
-                        dropped = 0
+                        # The stopped call's usual end: the adapter's stream ended (its
+                        # read on the closed connection ended the body, or the stop's
+                        # Cancelled ended it), so there is nothing to close or drain.
                         _release(call)
                     else:
                         dropped = await _close_work(call, source, finish is not None)
-            core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
+            ended = clock.current_time()
             if box.gone:
                 # The consumer left: no finish is made for nobody, and no put raises.
                 middleware_failed = raised is not None and (
@@ -175,12 +180,25 @@ async def run_call(call: Call) -> None:
                 call._record.end(item)  # the call log: the record is handed over
         if not box.put_nowait(item):
             await box.put(item)
+            delivered_at = trio.current_time()
         if type(item) is Finish:
             delivered = item
     except trio.BrokenResourceError:
         pass  # the consumer left before the end: nobody to tell
     finally:
-        _ended_task(call, series, delivered, middleware_failed)
+        at = delivered_at or ended
+        _ended_task(
+            call,
+            series,
+            delivered,
+            middleware_failed,
+            forwarded,
+            dropped,
+            started,
+            first,
+            ended,
+            at,
+        )
 
 
 def _nothing_open(call: Call, source: AsyncIterator[StreamChunk] | None) -> bool:
@@ -206,9 +224,22 @@ async def _close_work(call: Call, source: AsyncIterator[StreamChunk] | None, fin
 
 
 def _ended_task(
-    call: Call, series: CallSeries, delivered: Finish | None, middleware_failed: bool
+    call: Call,
+    series: CallSeries,
+    delivered: Finish | None,
+    middleware_failed: bool,
+    forwarded: int,
+    dropped: int,
+    started: float | None,
+    first: float,
+    ended: float,
+    delivered_at: float,
 ) -> None:
-    """The call task's last step: close the box, stop watching, count the call out."""
+    """The call task's last step: close the box, stop watching, count the call out.
+
+    ``forwarded`` .. ``ended``: its adapter work (``started`` None: none);
+    ``delivered_at``: when its finish went into the box (0.0: read the clock).
+    """
     call._box.close()
     call._task_done = True
     core = call._core
@@ -219,8 +250,19 @@ def _ended_task(
         call._watch_entry = None
     latency = None
     if delivered is not None and delivered is call._cause and call._aborted_at is not None:
-        latency = trio.current_time() - call._aborted_at
-    core.call_ended(call, series, delivered, middleware_failed, latency)
+        latency = (delivered_at or trio.current_time()) - call._aborted_at
+    core.call_ended(
+        call,
+        series,
+        delivered,
+        middleware_failed,
+        latency,
+        forwarded,
+        dropped,
+        started,
+        first,
+        ended,
+    )
     if call._done is not None:
         call._done.set()
 

@@ -181,10 +181,22 @@ class RuntimeCore:
         delivered: Finish | None,
         middleware_failed: bool,
         abort_latency: float | None,
+        forwarded: int = 0,
+        dropped: int = 0,
+        started: float | None = None,
+        first: float = 0.0,
+        ended: float = 0.0,
     ) -> None:
+        """Count ``call`` out, with its adapter work in one step: chunks, time to the
+        first one, duration (trio clock readings; ``started`` None: it did no adapter
+        work; ``first`` means nothing when nothing was ``forwarded``)."""
         self.calls.discard(call)
         stats = self.stats
         stats.calls_in_flight -= 1
+        if started is not None:
+            stats.chunks_forwarded += forwarded
+            stats.chunks_dropped += dropped
+            series.worked(forwarded, started, first, ended)
         if middleware_failed:
             stats.middleware_errors += 1
         if abort_latency is not None:
@@ -204,25 +216,6 @@ class RuntimeCore:
                 series.ended(kind, "")
         if self.closing and not self.calls:
             self._all_ended.set()
-
-    def call_worked(
-        self,
-        series: CallSeries,
-        forwarded: int,
-        dropped: int,
-        started: float,
-        first: float,
-        ended: float,
-    ) -> None:
-        """Count a call's adapter work: chunks, time to the first one, and duration.
-
-        Times are trio clock readings; ``first`` means nothing when nothing
-        was ``forwarded``.
-        """
-        stats = self.stats
-        stats.chunks_forwarded += forwarded
-        stats.chunks_dropped += dropped
-        series.worked(forwarded, started, first, ended)
 
     def retry_scheduled(self, code: str) -> None:
         self.stats.retries[code] += 1

@@ -76,12 +76,21 @@ class Response(Protocol):
         """True once the body is known to have ended (a transport that cannot tell: False)."""
         ...
 
+    @property
+    def stopped(self) -> bool:
+        """True once `close` ended the response before its body ended."""
+        ...
+
     async def receive(self) -> bytes:
         """The body bytes of the next network read (content codings untouched); b"" at the end."""
         ...
 
     def close(self) -> None:
-        """End the response now, without I/O: its connection is closed unless fully read."""
+        """End the response now, without I/O: its connection is closed unless fully read.
+
+        A read then waiting, or made later, returns ``b""`` (the body ends:
+        a stopped call's read has no error to translate).
+        """
         ...
 
 
@@ -295,20 +304,18 @@ class HttpxExchange:
 class _WrappedResponse:
     """A `Response` over an ``httpx.Response`` from a transport (its raw byte stream)."""
 
-    __slots__ = ("_closed", "_reads", "_response", "done", "headers", "status")
+    __slots__ = ("_reads", "_response", "done", "headers", "status", "stopped")
 
     def __init__(self, response: httpx.Response) -> None:
         self.status = response.status_code
         self.headers = response.headers.raw
         self._response = response
         self._reads: AsyncIterator[bytes] = aiter(response.stream)  # type: ignore[arg-type]
-        self._closed = False
+        self.stopped = False
         self.done = False
 
     async def receive(self) -> bytes:
-        if self._closed:
-            raise httpx.ReadError("the response stream is closed")
-        if self.done:
+        if self.done or self.stopped:
             return b""
         while True:
             try:
@@ -316,15 +323,18 @@ class _WrappedResponse:
             except StopAsyncIteration:
                 self.done = True
                 return b""
+            if self.stopped:
+                return b""  # closed while the read waited
             if data:
                 return bytes(data)
 
     def close(self) -> None:
         # No I/O here: the transport's stream is closed when the exchange is left.
-        self._closed = True
+        if not self.done:
+            self.stopped = True
 
     async def aclose(self) -> None:
-        self._closed = True
+        self.close()
         await self._response.aclose()
 
 

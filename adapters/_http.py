@@ -460,6 +460,10 @@ async def stream_events(
                             yield chunk
             except httpx.HTTPError as exc:
                 raise translate_http_error(exc) from None
+            if response.stopped:
+                # Closed by the stopped call's closer: the stream just ends, and its
+                # one ``aborted`` finish is the call's to make.
+                return
     except httpx.HTTPError as exc:
         # Before a response (connect, write, the response head): name the endpoint.
         raise translate_http_error(exc, request.endpoint) from None

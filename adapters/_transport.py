@@ -136,6 +136,9 @@ class _Connection:
     deadline_entry: Entry | None = None
     #: Set when the read deadline closed the connection.
     timed_out: bool = False
+    #: Set when its response was closed mid-body (`ResponseBody.close`): a read
+    #: waiting on it then ends the body instead of raising.
+    stopped: bool = False
 
     def close(self) -> None:
         """Close the socket now, without I/O (a TLS session ends without close_notify)."""
@@ -216,6 +219,8 @@ class ResponseBody(httpx.AsyncByteStream):
         self._first = first
         self._read_timeout = read_timeout
         self._keep_alive = keep_alive
+        #: True once `close` ended the response before its body did.
+        self.stopped = False
         if decoder.done:
             self._finish()
 
@@ -246,9 +251,13 @@ class ResponseBody(httpx.AsyncByteStream):
         while not decoder.done:
             conn = self._conn
             if conn is None:
+                if self.stopped:
+                    return b""
                 raise httpx.ReadError("the response stream is closed")
             data = await self._transport._receive(conn, self._read_timeout, self._release_broken)
             if not data:
+                if self.stopped:
+                    return b""  # closed under the read (`close`): the body ends, untranslated
                 try:
                     decoder.eof()
                 except httpx.RemoteProtocolError:
@@ -280,8 +289,15 @@ class ResponseBody(httpx.AsyncByteStream):
             self._transport._release(conn, reusable=False)
 
     def close(self) -> None:
-        """Return the connection if the body was read to its end, else close it. No I/O."""
-        self._release_broken()
+        """Return the connection if the body was read to its end, else close it. No I/O.
+
+        Closed before its end (``stopped``), the body ends: a read waiting on
+        it, or made later, returns ``b""`` rather than raising.
+        """
+        conn = self._conn
+        if conn is not None:
+            self.stopped = conn.stopped = True
+            self._release_broken()
 
     async def aclose(self) -> None:
         """`close`, and a checkpoint."""
@@ -503,6 +519,10 @@ class TrioTransport(httpx.AsyncBaseTransport):
             finally:
                 conn.reading = False
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            if conn.stopped:
+                # Closed under the read by its response's close() (a stopped call's
+                # closer): the body ends here, with nothing to translate for nobody.
+                return b""
             on_error()
             if conn.timed_out:
                 raise httpx.ReadTimeout("the server sent nothing in time") from None
