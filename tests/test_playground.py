@@ -329,6 +329,15 @@ class Page:
     def el(self, testid: str) -> Any:
         return self.d.find_element(By.CSS_SELECTOR, f"[data-testid='{testid}']")
 
+    def option_values(self, testid: str) -> list[str]:
+        """The values of a select's options, read in one script (the page may rebuild them)."""
+        found = self.js(
+            "const el = document.querySelector(`[data-testid='${arguments[0]}']`);"
+            "return el === null ? [] : Array.from(el.options, (o) => o.value);",
+            testid,
+        )
+        return [str(value) for value in found]
+
     def wait_text(self, testid: str, needle: str, timeout: float = WAIT) -> str:
         self.wait(
             lambda: needle in self.text(testid),
@@ -646,8 +655,8 @@ def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) 
         gw.proc.send_signal(signal.SIGHUP)  # the gateway sends providers-changed
         page.wait(
             lambda: (
-                "added-demo"
-                in [o.get_attribute("value") for o in Select(page.el("provider")).options]
+                # One script: reading option elements one by one races their rebuild.
+                "added-demo" in page.option_values("provider")
             ),
             message="the new route never appeared in the list",
         )
@@ -659,10 +668,7 @@ def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) 
         gw.config.write_text(CONFIG)
         gw.proc.send_signal(signal.SIGHUP)
         page.wait(
-            lambda: (
-                "added-demo"
-                not in [o.get_attribute("value") for o in Select(page.el("provider")).options]
-            ),
+            lambda: "added-demo" not in page.option_values("provider"),
             message="the removed route stayed in the list",
         )
         assert_no_console_errors(page)
