@@ -1,10 +1,18 @@
-"""Call actors: one task per in-flight call, and the consumer's view of it.
+"""Call actors: one task per in-flight call; this module is the consumer's handle on it.
 
-The call task runs the middleware chain and the adapter iteration under one
-cancel scope and hands chunks to the consumer through a bounded
-single-producer `Mailbox` (see `_mailbox.py`): a chunk goes straight to a
-parked consumer or into a small buffer, and a side blocks only when the
-buffer is full or empty. So the consumer usually drains a batch of chunks
+A call is one actor in two files: here the handle its consumer holds
+(`Call`: entering starts the task, iterating takes chunks, leaving and
+`Call.abort` stop it, plus the stop bookkeeping the runtime, registrations
+and the watchdog reach through `CallHost`, `Leaseholder` and `Watched`);
+in `_dispatch.py` what the call's task runs (`run_call`: the middleware
+chain, adapter selection, the replay gate, forwarding, the terminal
+finish).
+
+The call task runs the middleware chain and the adapter iteration under
+one cancel scope and hands chunks to the consumer through a bounded
+single-producer `Mailbox` (`_mailbox.py`, a trio channel in interface): a
+chunk goes straight to a parked consumer or into a small buffer, and a
+side blocks only when the buffer is full or empty. So the consumer usually drains a batch of chunks
 per scheduler pass instead of paying a context switch per chunk (an
 awaited memory-channel hop costs 7-12 us here; the whole call path costs
 about 1.4 us per chunk).
@@ -27,7 +35,6 @@ Guarantees (each a test):
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import logging
 import math
@@ -35,43 +42,23 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
-import msgspec
 import trio
 
-from llmrt._adapter import Adapter
 from llmrt._attachment import ImageAttachments
 from llmrt._chunks import (
-    BlockEnd,
-    BlockStart,
     Finish,
     FinishAborted,
     FinishError,
-    FinishStop,
-    ReasoningDelta,
     StreamChunk,
-    TextDelta,
-    ToolCallDelta,
-    UsageChunk,
 )
-from llmrt._content import ModelSource
-from llmrt._errors import ErrorCode, LlmError, LlmFailure, failure_of
-from llmrt._features import refuse_unsupported
-from llmrt._redact import Redactor
+from llmrt._errors import ErrorCode, LlmFailure
 from llmrt._request import GenerateOptions, ModelModality
 from llmrt._retry import ResolvedRetryPolicy
-from llmrt._stop_hooks import enter_call, exit_call
-from llmrt._validate import invalid_reason
+from llmrt._stop_hooks import CURRENT_CALL
 
 from ._abort import AbortSignal
 from ._mailbox import Mailbox
 from ._misuse import STREAM_FORM, not_entered, not_in_trio
-from ._prepare import (
-    apply_config,
-    config_of,
-    project_images,
-    resolve_config,
-    validated_model_info,
-)
 from ._pricing import Pricer
 from ._registration import Registration
 from ._secrets import HeldSecrets
@@ -99,15 +86,6 @@ Next = Callable[[GenerateOptions], AsyncIterator[StreamChunk]]
 #: wraps it, or yields its own chunks without calling ``next`` at all.
 Middleware = Callable[[GenerateOptions, Next], AsyncIterator[StreamChunk]]
 
-#: The call whose task runs a middleware chain. Set in the call task only when
-#: there is a chain (one context-variable write per call), so a middleware can
-#: learn what its stream alone cannot tell: why it was cancelled (abort or
-#: timeout) and the call's bounded metric labels. Read it with `current_call`.
-_CURRENT_CALL: contextvars.ContextVar[Call] = contextvars.ContextVar("llmrt_current_call")
-
-_CONTENT = frozenset({BlockStart, TextDelta, ReasoningDelta, ToolCallDelta, BlockEnd})
-#: How long closing an adapter's iterator may take after a call ended.
-CLOSE_TIMEOUT = 5.0
 #: The consumer yields to the scheduler at least once per this many buffered chunks.
 _YIELD_EVERY = 64
 
@@ -143,12 +121,6 @@ def aborted_message(reason: str | None) -> str:
     aborted, and whoever shows the message (the CLI, a gateway client) says so too.
     """
     return reason if reason else "the call was aborted"
-
-
-def _not_a_chunk(cls: type) -> Finish:
-    return _error(
-        ErrorCode.PROTOCOL, f"the adapter yielded {cls.__name__}, which is not a StreamChunk"
-    )
 
 
 class CallHost(Protocol):
@@ -193,18 +165,6 @@ class CallHost(Protocol):
         """Start ``call``'s task; False when the runtime can no longer run tasks."""
         ...
 
-    def call_worked(
-        self,
-        series: CallSeries,
-        forwarded: int,
-        dropped: int,
-        started: float,
-        first: float,
-        ended: float,
-    ) -> None:
-        """Count a call's adapter work (see `_runtime.RuntimeCore.call_worked`)."""
-        ...
-
     def call_ended(
         self,
         call: Call,
@@ -212,8 +172,14 @@ class CallHost(Protocol):
         delivered: Finish | None,
         middleware_failed: bool,
         abort_latency: float | None,
+        forwarded: int = 0,
+        dropped: int = 0,
+        started: float | None = None,
+        first: float = 0.0,
+        ended: float = 0.0,
     ) -> None:
-        """Count ``call`` out: what it delivered (None: the consumer left first)."""
+        """Count ``call`` out: what it delivered (None: the consumer left first) and its
+        adapter work (see `_runtime.RuntimeCore.call_ended`)."""
         ...
 
 
@@ -232,19 +198,6 @@ def _run_closer(close: Callable[[], None]) -> None:
         close()
     except Exception:
         log.exception("a close_on_stop callback failed")
-
-
-async def _aclose(source: AsyncIterator[StreamChunk]) -> None:
-    aclose = getattr(source, "aclose", None)
-    if aclose is None or getattr(source, "ag_frame", True) is None:
-        return  # nothing to close, or an async generator that already finished
-    with trio.move_on_after(CLOSE_TIMEOUT, shield=True) as scope:
-        try:
-            await aclose()
-        except Exception:
-            log.exception("closing an adapter stream failed")
-    if scope.cancelled_caught:
-        log.warning("an adapter stream did not close within %s s", CLOSE_TIMEOUT)
 
 
 @attrs.define(eq=False, slots=True)
@@ -386,11 +339,15 @@ class Call:
         if not self._entered:
             return  # never started: no task to wait for
         if not self._task_done:
-            # The adapter's closers first: the provider sees the close before any
-            # bookkeeping. Then cancel: a producer parked inside the scope gets
-            # Cancelled; then leave(), which wakes one parked outside it.
+            # The adapter's closers first, before any checkpoint: the provider
+            # sees the close at once. Then the stop, through the stopper, so an
+            # outer scope cancelling thousands of consumers stops their calls in
+            # waves too (a producer parked inside the scope gets Cancelled); then
+            # leave(), which wakes a producer parked outside it.
             self._run_closers()
-            self._scope.cancel()
+            if not self._stop_counted:
+                self._stop_counted = True
+                self._core.stopper.stop(self._scope)
             self._box.leave()
             with trio.CancelScope(shield=True):
                 if not self._task_done:
@@ -462,7 +419,7 @@ class Call:
         if self._stop(_aborted(None if reason is None else str(reason))):  # hashable for the cache
             self._aborted_at = trio.current_time()
 
-    def abort_with(self, code: str, message: str) -> None:
+    def _abort_with(self, code: str, message: str) -> None:
         """Abort with a given code and message (used by the runtime and registrations)."""
         if self._stop(Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code)))):
             self._aborted_at = trio.current_time()
@@ -522,345 +479,6 @@ class Call:
             for close in closers:
                 _run_closer(close)
 
-    # ---- the call task -------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """The call task: adapter work under `_scope`, then delivery of the terminal item.
-
-        One coroutine on purpose: a parked call holds one frame here, not two.
-        """
-        core = self._core
-        box = self._box
-        series = self._series
-        assert series is not None  # set by __aenter__ before the task starts
-        delivered: Finish | None = None
-        middleware_failed = False
-        try:
-            if self._cause is not None:  # aborted before it started: no lookup, no I/O
-                item: Finish | _Raise = self._cause
-            elif (invalid := invalid_reason(self.options)) is not None:
-                # Refused before middleware, lookup and I/O: where the gateway
-                # refuses the same request, before any call starts.
-                item = _error(ErrorCode.INVALID_REQUEST, invalid)
-            else:
-                # The clock object and method calls on it and on ``box``: no bound
-                # method object per call lives in this frame.
-                clock = trio.lowlevel.current_clock()
-                finish: Finish | None = None
-                failed: Exception | None = None
-                raised: Exception | None = None
-                source: AsyncIterator[StreamChunk] | None = None
-                forwarded = 0
-                saw_block = False
-                started = first = self._watch_last = clock.current_time()
-                self._watch()
-                enter_call(trio.lowlevel.current_task(), self)  # for llmrt.adapter.close_on_stop
-                with self._scope:
-                    try:
-                        opened = await self._dispatch()
-                        if isinstance(opened, Finish):
-                            finish = opened
-                        else:
-                            source = opened
-                            record = None if self._chained else self._record
-                            raw = None if record is None else record.raw
-                            async for chunk in source:
-                                self._watch_last = clock.current_time()
-                                if self._cause is not None:
-                                    break
-                                if raw is not None:  # the call log: time, chunk
-                                    raw.append(self._watch_last)
-                                    raw.append(chunk)
-                                cls = type(chunk)
-                                if cls is Finish:
-                                    finish = chunk  # type: ignore[assignment]
-                                    break
-                                if cls in _CONTENT:
-                                    saw_block = True
-                                elif cls is UsageChunk:
-                                    chunk = core.pricer.priced(core, series, self.options, chunk)
-                                    if raw is not None:
-                                        raw[-1] = chunk  # the call log keeps the price too
-                                else:
-                                    finish = _not_a_chunk(cls)
-                                    break
-                                if not forwarded:
-                                    first = self._watch_last
-                                forwarded += 1
-                                if not box.put_nowait(chunk):
-                                    self._watch_paused = True
-                                    try:
-                                        await box.put(chunk)
-                                    finally:
-                                        self._watch_paused = False
-                                        self._watch_last = clock.current_time()
-                    except Exception as exc:
-                        if source is not None and source is self._inner:
-                            failed = exc  # the empty chain: the exception is the adapter's own
-                        else:
-                            raised = exc  # it left the middleware chain
-                    finally:
-                        dropped = await self._close(source, finish is not None)
-                core.call_worked(series, forwarded, dropped, started, first, clock.current_time())
-                item = self._outcome(finish, failed, raised, saw_block)
-                middleware_failed = type(item) is _Raise
-                if self._record is not None:
-                    self._record.end(item)  # the call log: the record is handed over
-            if not box.put_nowait(item):
-                await box.put(item)
-            if type(item) is Finish:
-                delivered = item
-        except trio.BrokenResourceError:
-            pass  # the consumer left before the end: nobody to tell
-        finally:
-            exit_call(trio.lowlevel.current_task())
-            self._ended_task(series, delivered, middleware_failed)
-
-    async def _close(self, source: AsyncIterator[StreamChunk] | None, finished: bool) -> int:
-        """Close what the call opened and release its lease; the chunks dropped after a finish."""
-        dropped = 0
-        if source is not None:
-            if finished and self._cause is None:
-                dropped = await self._drain(source)
-            await _aclose(source)
-        if self._inner is not None and self._inner is not source:
-            # A middleware that stopped iterating ``next`` without closing it.
-            await _aclose(self._inner)
-        self._release()
-        return dropped
-
-    def _ended_task(
-        self, series: CallSeries, delivered: Finish | None, middleware_failed: bool
-    ) -> None:
-        """The call task's last step: close the box, stop watching, count the call out."""
-        self._box.close()
-        self._task_done = True
-        core = self._core
-        if self._stop_counted:
-            core.stopper.ended()
-        if self._watch_entry is not None:
-            core.watchdog.forget(self._watch_entry)
-            self._watch_entry = None
-        latency = None
-        if delivered is not None and delivered is self._cause and self._aborted_at is not None:
-            latency = trio.current_time() - self._aborted_at
-        core.call_ended(self, series, delivered, middleware_failed, latency)
-        if self._done is not None:
-            self._done.set()
-
-    async def _dispatch(self) -> AsyncIterator[StreamChunk] | Finish:
-        """The head of the chain: the outermost middleware's stream, or (empty chain) the adapter's.
-
-        The empty chain is the innermost ``next`` opened at once, so a call
-        without middleware iterates the adapter's own stream: no generator
-        layer per chunk. A Finish: the call ended before any stream (lookup,
-        config or image projection failed).
-        """
-        middlewares = self._core.middlewares
-        if not middlewares:
-            opened = await self._open(self.options)
-            if not isinstance(opened, Finish):
-                self._inner = opened
-            return opened
-        _CURRENT_CALL.set(self)  # the call task's own context
-        self._chained = True
-        nxt: Next = self._innermost
-        for middleware in reversed(middlewares):
-            nxt = _link(middleware, nxt)
-        return nxt(self.options)
-
-    def _outcome(
-        self,
-        finish: Finish | None,
-        failed: Exception | None,
-        raised: Exception | None,
-        saw_block: bool,
-    ) -> Finish | _Raise:
-        """The one terminal item: the first cause, a middleware error, or the corrected finish."""
-        if self._cause is not None and finish is None:
-            return self._cause
-        if raised is not None:
-            return _Raise(raised)
-        if finish is None:
-            if failed is not None:
-                return self._adapter_failed(failed)
-            return _error(ErrorCode.PROTOCOL, "the adapter's stream ended without a finish chunk")
-        kind = type(finish.reason)
-        if kind is FinishStop and not saw_block:
-            return _error(ErrorCode.EMPTY_RESPONSE, "the model returned no content")
-        if (kind is FinishError or kind is FinishAborted) and not self._chained:
-            # Straight from the adapter (no middleware): the one redaction point.
-            return self._scrub_finish(finish)
-        return finish
-
-    def _scrub(self, failure: LlmFailure) -> LlmFailure:
-        """The one redaction point of an adapter's failure (docs/security.md, "Secrets").
-
-        The serving adapter's keys (`Adapter.redactor`), then the secrets the
-        process holds (`LlmRuntime.redacting`: a gateway's token), are removed
-        by value, whatever the adapter is (HTTP, plugin, scripted); nothing
-        after this point (middleware, consumer, gateway frames) redacts again.
-        """
-        return self._core.secrets.redactor.failure(self._redactor().failure(failure))
-
-    def _scrub_finish(self, finish: Finish) -> Finish:
-        """``finish`` with its failure through `_scrub` (the same object when clean)."""
-        return self._core.secrets.redactor.finish(self._redactor().finish(finish))
-
-    def _redactor(self) -> Redactor:
-        """The serving adapter's redactor (phrasings only before one was selected)."""
-        registration = self._registration
-        if registration is not None:
-            try:
-                return registration.adapter.redactor()
-            except Exception:
-                log.warning("an adapter's redactor() failed; redacting phrasings only")
-        return Redactor()
-
-    async def _drain(self, source: AsyncIterator[StreamChunk]) -> int:
-        """Count what the adapter still emits after its finish, without waiting for it.
-
-        Runs inside the call's own scope, cancelled here: the adapter's work is
-        over once it finished, and a cancel scope of its own would cost the
-        call as much as a few chunks. The `Cancelled` an adapter meets if it
-        waits is swallowed: only shielded closing runs in the scope after this,
-        and any outer cancellation is raised again at the next checkpoint.
-        """
-        dropped = 0
-        self._scope.cancel()
-        try:
-            async for _ in source:
-                dropped += 1
-        except (Exception, trio.Cancelled):
-            pass  # the adapter's own failure after its finish changes nothing
-        return dropped
-
-    # ---- dispatch ------------------------------------------------------------------------
-
-    def _adapter_failed(self, exc: Exception) -> Finish:
-        """The error finish for an exception the adapter raised (kept in `adapter_error`)."""
-        failure = failure_of(exc)
-        clean = self._scrub(failure)
-        if clean is not failure and isinstance(exc, LlmError):
-            # In-process diagnostics keep the adapter's error and where it was
-            # raised, but not a secret the one redaction point removed.
-            exc = LlmError.from_failure(clean).with_traceback(exc.__traceback__)
-        self._adapter_error = exc
-        return Finish(reason=FinishError(failure=clean))
-
-    async def _open(self, options: GenerateOptions) -> AsyncIterator[StreamChunk] | Finish:
-        """The innermost ``next`` opened: select the adapter, then start its stream."""
-        selected = await self._select(options)
-        if isinstance(selected, Finish):
-            return selected
-        adapter, options = selected
-        log = self._core.call_log
-        if log is not None and self.log_id is not None and self._registration is not None:
-            # The call log: the request exactly as the adapter receives it.
-            self._record = log.begin(
-                self.log_id, options, self._registration.id, adapter, self._watch_last
-            )
-        try:
-            refusal = refuse_unsupported(adapter, options)
-            if refusal is None:
-                return adapter.stream(options)
-        except Exception as exc:
-            return self._adapter_failed(exc)
-        return Finish(reason=FinishError(failure=refusal))
-
-    def _innermost(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        if self._inner is not None:
-            raise RuntimeError("a middleware called next() twice for one call")
-        self._inner = self._terminal(options)
-        return self._inner
-
-    async def _terminal(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        """The innermost ``next`` under middleware: `_open`, then the adapter's chunks.
-
-        Adapter failures become an error finish here, so middleware sees them
-        as chunks and any exception that leaves the chain is a middleware's.
-        """
-        source = await self._open(options)
-        if isinstance(source, Finish):
-            yield source
-            return
-        raw = None if self._record is None else self._record.raw
-        try:
-            async for chunk in source:
-                if raw is not None:  # the call log: the adapter's chunk, before any middleware
-                    raw.append(trio.current_time())
-                    raw.append(chunk)
-                # The adapter's own finish is redacted before any middleware sees it.
-                yield self._scrub_finish(chunk) if type(chunk) is Finish else chunk
-        except Exception as exc:
-            yield self._adapter_failed(exc)
-        finally:
-            await _aclose(source)
-            self._release()
-
-    async def _select(self, options: GenerateOptions) -> tuple[Adapter, GenerateOptions] | Finish:
-        """Pick the registration, lease it, resolve the config, gate replay state."""
-        core = self._core
-        if not isinstance(options, GenerateOptions):
-            return _error(
-                ErrorCode.INVALID_REQUEST,
-                f"a request must be GenerateOptions, not {type(options).__name__}",
-            )
-        if options is not self.options and (invalid := invalid_reason(options)) is not None:
-            return _error(ErrorCode.INVALID_REQUEST, invalid)  # a middleware's own request
-        if self._target is not None:
-            route = self._target.route
-            current = core.routes.get(options.provider)
-            if current is None or current.registration is not route.registration:
-                return _error(
-                    ErrorCode.NO_ADAPTER,
-                    f"the registration this call was prepared against no longer serves "
-                    f"provider {options.provider!r}",
-                )
-        else:
-            found = core.routes.get(options.provider)
-            if found is None:
-                return _error(ErrorCode.NO_ADAPTER, core.no_adapter_message(options.provider))
-            route = found
-        registration = route.registration
-        if not registration.acquire(self):
-            return _error(
-                ErrorCode.NO_ADAPTER,
-                f"the adapter for provider {options.provider!r} is being disposed",
-            )
-        self._registration = registration
-        self.retry_policy = route.retry_policy
-        adapter = registration.adapter
-        if route.idle_timeout != self.idle_timeout:
-            self.idle_timeout = route.idle_timeout
-            self._watch()
-        if self._target is None:
-            try:
-                info = await validated_model_info(adapter, options.provider, options.model)
-            except Exception as exc:
-                if not isinstance(exc, LlmError) or exc.code != ErrorCode.INVALID_MODEL_INFO:
-                    self._adapter_error = exc  # raised by the adapter's resolve_model()
-                return Finish(reason=FinishError(failure=failure_of(exc)))
-            try:
-                config, _ = resolve_config(config_of(options), info)
-            except LlmError as exc:
-                return Finish(reason=FinishError(failure=exc.failure))
-            options = apply_config(options, config)
-            modalities = info.input_modalities
-        else:
-            modalities = self._target.input_modalities
-        try:
-            options = await project_images(options, modalities, adapter, core.image_attachments)
-        except Exception as exc:
-            if not isinstance(exc, LlmError):
-                self._adapter_error = exc  # raised by the adapter's image_request_policy()
-            return Finish(reason=FinishError(failure=failure_of(exc)))
-        return adapter, _gate_replay(options, registration, core.routes)
-
-    def _release(self) -> None:
-        if self._registration is not None:
-            self._registration.release(self)
-
     def _unsubscribe(self) -> None:
         if self._signal is not None and self._signal_key is not None:
             self._signal._unsubscribe(self._signal_key)
@@ -874,38 +492,7 @@ def current_call() -> Call | None:
     stopped it when it was cancelled (`Call.stopped_by`) and its bounded
     labels (`Call.labels`).
     """
-    return _CURRENT_CALL.get(None)
-
-
-def _link(middleware: Middleware, inner: Next) -> Next:
-    def nxt(options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        return middleware(options, inner)
-
-    return nxt
-
-
-def _gate_replay(
-    options: GenerateOptions, registration: Registration, routes: Mapping[str, Route]
-) -> GenerateOptions:
-    """Strip replay state that this registration's adapter may not see.
-
-    An assistant message keeps its replay state only when the adapter instance
-    serving this call currently owns the provider that produced the message.
-    """
-    messages = options.messages
-    kept = None
-    for i, message in enumerate(messages):
-        source = message.source
-        if type(source) is not ModelSource or source.replay_state is None:
-            continue
-        owner = routes.get(source.provider)
-        if owner is not None and owner.registration is registration:
-            continue
-        if kept is None:
-            kept = list(messages)
-        kept[i] = msgspec.structs.replace(
-            message, source=msgspec.structs.replace(source, replay_state=None)
-        )
-    if kept is None:
-        return options
-    return msgspec.structs.replace(options, messages=tuple(kept))
+    call = CURRENT_CALL.get(None)
+    if type(call) is Call and call._chained:
+        return call
+    return None

@@ -16,6 +16,19 @@ Only buffered items are weighed (one handed straight to a parked consumer
 costs nothing extra), and the text count is reset when the box drains
 rather than decremented per item: once over the bound, the producer waits
 until the consumer has taken everything, which keeps `take` free of it.
+
+In interface it is a trio channel: a `trio.abc.Channel` (so both a
+`trio.abc.SendChannel` and a `trio.abc.ReceiveChannel`) whose one object is
+both ends, as a single-producer, single-consumer box can be. ``send`` /
+``send_nowait`` and ``receive`` / ``receive_nowait`` behave as a memory
+channel's: `trio.WouldBlock` when they cannot go on at once,
+`trio.BrokenResourceError` for a send after the consumer left,
+`trio.EndOfChannel` for a receive after the producer closed and the box
+drained. ``close`` is the producer's end closing, ``leave`` the consumer's,
+``aclose`` both. The call path uses the same state through its
+exception-free spellings (`put_nowait` answers False rather than raising
+`trio.WouldBlock`; the consumer parks in its own frame with `park_getter`),
+which is what keeps a chunk at a deque operation.
 """
 
 from __future__ import annotations
@@ -36,7 +49,9 @@ _Task = trio.lowlevel.Task
 MAX_TEXT = 1 << 20
 
 
-class Mailbox:
+class Mailbox(trio.abc.Channel[Any]):
+    """One call's chunks: a bounded single-producer, single-consumer trio channel."""
+
     __slots__ = (
         "_capacity",
         "_closed",
@@ -105,6 +120,25 @@ class Mailbox:
             self._putter = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort_put)
 
+    async def send(self, value: Any) -> None:
+        """`trio.abc.SendChannel.send`: `put`, refusing once this end is closed."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise trio.ClosedResourceError("the producer closed the mailbox")
+        if self.put_nowait(value):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await self.put(value)  # parks: a checkpoint of its own
+
+    def send_nowait(self, value: Any) -> None:
+        """Hand ``value`` over at once, as `trio.MemorySendChannel.send_nowait` does."""
+        if self._closed:
+            raise trio.ClosedResourceError("the producer closed the mailbox")
+        if not self.put_nowait(value):
+            if self._gone:
+                raise trio.BrokenResourceError("the consumer left")
+            raise trio.WouldBlock
+
     def _abort_put(self, _: object) -> trio.lowlevel.Abort:
         self._putter = None
         return trio.lowlevel.Abort.SUCCEEDED
@@ -118,6 +152,29 @@ class Mailbox:
             trio.lowlevel.reschedule(getter, outcome.Error(trio.EndOfChannel()))
 
     # ---- consumer side -------------------------------------------------------------------
+
+    def receive_nowait(self) -> Any:
+        """The oldest item at once, as `trio.MemoryReceiveChannel.receive_nowait` gives it."""
+        if self._gone:
+            raise trio.ClosedResourceError("the consumer left the mailbox")
+        if self.ready:
+            return self.take()
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    async def receive(self) -> Any:
+        """`trio.abc.ReceiveChannel.receive`: the next item, waiting for one; a checkpoint."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            item = self.receive_nowait()
+        except trio.WouldBlock:
+            if self._getter is not None:
+                raise trio.BusyResourceError("another task is receiving from the mailbox") from None
+            self.park_getter()
+            return await trio.lowlevel.wait_task_rescheduled(self)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return item
 
     def take(self) -> Any:
         """Pop the oldest item; the caller checks `ready` first. Wakes a parked producer."""
@@ -142,6 +199,11 @@ class Mailbox:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def gone(self) -> bool:
+        """The consumer left (`leave`): nothing put from now on reaches anyone."""
+        return self._gone
+
     def park_getter(self) -> None:
         """Register the current task as the parked consumer; it must then
         ``await trio.lowlevel.wait_task_rescheduled(box.abort_get)``, which
@@ -160,6 +222,12 @@ class Mailbox:
     #: The mailbox is also the parked getter's abort function, so that parking
     #: makes no bound-method object: ``wait_task_rescheduled(box)``.
     __call__ = abort_get
+
+    async def aclose(self) -> None:
+        """Both ends closed: the producer is done and the consumer gone (a checkpoint)."""
+        self.close()
+        self.leave()
+        await trio.lowlevel.checkpoint()
 
     def leave(self) -> None:
         """The consumer is gone: drop what is buffered and wake a parked producer."""

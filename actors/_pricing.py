@@ -154,6 +154,8 @@ class Pricer:
         self._cache: dict[tuple[str, str, str | None], Any] = {}
         #: The (route, model, price provider) keys a refusal was logged for.
         self._warned: set[tuple[str, str, str | None]] = set()
+        #: Plans by the identity of the genai-prices ``ModelPrice`` they came from (kept with it).
+        self._plans: dict[int, tuple[Any, tuple[Any, ...] | None]] = {}
         if table:
             self.set_table(table)
 
@@ -205,7 +207,7 @@ class Pricer:
         if type(found) is _Own:
             return _direct_cost(found.plan, usage)
         try:
-            return _library_cost(found, usage, self._now())
+            return _library_cost(found, usage, self._now(), self._plans)
         except Exception as exc:  # the library refused this usage: no price, said once a model
             if key not in self._warned:
                 if len(self._warned) >= _CACHE_BOUND:
@@ -254,21 +256,27 @@ def _utc_now() -> datetime:
     return datetime.now(tz=UTC)
 
 
-def _library_cost(found: tuple[Any, Any], usage: TokenUsage, when: datetime) -> float:
+def _library_cost(
+    found: tuple[Any, Any],
+    usage: TokenUsage,
+    when: datetime,
+    plans: dict[int, tuple[Any, tuple[Any, ...] | None]],
+) -> float:
     """genai-prices' price of ``usage`` (its input counts cached input inside).
 
     The model's prices at ``when`` are the library's (dates, hours of the
     day); the arithmetic is `_direct_cost` where the prices are of the kinds
     it covers, else the library's own (``tests/test_prices.py`` checks the
-    two agree on every model of the pinned data).
+    two agree on every model of the pinned data). ``plans``: the pricer's
+    memo of the plans made so far.
     """
     provider, model = found
     prices = model.get_prices(when)
-    kept = _PLANS.get(id(prices))
+    kept = plans.get(id(prices))
     if kept is None or kept[0] is not prices:
-        if len(_PLANS) >= _CACHE_BOUND:
-            _PLANS.clear()
-        kept = _PLANS[id(prices)] = (prices, _plan_of(prices))
+        if len(plans) >= _CACHE_BOUND:
+            plans.clear()
+        kept = plans[id(prices)] = (prices, _plan_of(prices))
     plan = kept[1]
     if plan is not None:
         return _direct_cost(plan, usage)
@@ -295,8 +303,6 @@ _DIRECT_KEYS: Final = frozenset(
         "code_executions_kcount",
     }
 )
-#: Plans by the identity of the genai-prices ``ModelPrice`` they were made from (kept with it).
-_PLANS: dict[int, tuple[Any, tuple[Any, ...] | None]] = {}
 
 
 def _plan_of(prices: Any) -> tuple[Any, ...] | None:

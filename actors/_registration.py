@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from llmrt._adapter import Adapter
+from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode
 
 __all__ = ["Registration", "Leaseholder"]
@@ -27,7 +28,7 @@ ADAPTER_CLOSE_TIMEOUT = 10.0
 
 
 class Leaseholder(Protocol):
-    def abort_with(self, code: str, message: str) -> None: ...
+    def _abort_with(self, code: str, message: str) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -42,6 +43,8 @@ class Registration:
     _draining: bool = attrs.field(default=False, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: What the adapter is lent while registered (None: the actor starts its own).
+    services: RuntimeServices | None = attrs.field(default=None, kw_only=True)
     _mailbox: trio.MemorySendChannel[float] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[float] = attrs.field(init=False)
 
@@ -82,23 +85,31 @@ class Registration:
         self._mailbox.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The actor: wait for the drain order, drain, close the adapter."""
-        task_status.started()
+        """The actor: lend the adapter its services, wait for the drain order, drain, close it.
+
+        The services' nursery (the adapter's background tasks: its
+        transport's read deadlines) is this task's, and ends before the
+        adapter is closed. ``services`` given: those, and nothing started.
+        """
         try:
-            async with self._inbox:
+            async with trio.open_nursery() as nursery:
+                services = self.services or await RuntimeServices.start(nursery)
                 try:
-                    timeout = await self._inbox.receive()
-                except trio.EndOfChannel:  # pragma: no cover - drain() always sends first
-                    timeout = 0.0
-            with trio.move_on_after(timeout):
-                await self._idle.wait()
-            for holder in list(self._leases):
-                holder.abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
-            await self._idle.wait()
+                    self.adapter.attach_runtime(services)
+                except Exception:
+                    log.exception("adapter %r failed to attach", type(self.adapter).__name__)
+                try:
+                    await self._drained(task_status)
+                finally:
+                    try:
+                        self.adapter.detach_runtime()
+                    except Exception:
+                        log.exception("adapter %r failed to detach", type(self.adapter).__name__)
+                    nursery.cancel_scope.cancel()
         finally:
             self._draining = True
             for holder in list(self._leases):
-                holder.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+                holder._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
             with trio.move_on_after(ADAPTER_CLOSE_TIMEOUT, shield=True) as scope:
                 try:
                     await self.adapter.aclose()
@@ -111,3 +122,17 @@ class Registration:
                     ADAPTER_CLOSE_TIMEOUT,
                 )
             self.closed.set()
+
+    async def _drained(self, task_status: trio.TaskStatus[None]) -> None:
+        """Started; return once drained (the drain order, then the calls' end or their abort)."""
+        task_status.started()
+        async with self._inbox:
+            try:
+                timeout = await self._inbox.receive()
+            except trio.EndOfChannel:  # pragma: no cover - drain() always sends first
+                timeout = 0.0
+        with trio.move_on_after(timeout):
+            await self._idle.wait()
+        for holder in list(self._leases):
+            holder._abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
+        await self._idle.wait()

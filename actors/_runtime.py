@@ -22,6 +22,7 @@ from llmrt._attachment import (
 from llmrt._chunks import Finish, FinishAborted, FinishError
 from llmrt._completion import Completion, complete_chunks, complete_events
 from llmrt._content import ImageBlock
+from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode, LlmError
 from llmrt._helpers import raise_sole, revalidated
 from llmrt._image_route import ImageRequestPolicy, ImageRequestPricing
@@ -43,6 +44,7 @@ from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
 from ._call import Call, Middleware, PreparedTarget
+from ._dispatch import run_call
 from ._misuse import require_trio
 from ._model_lists import ModelListCache
 from ._prepare import (
@@ -120,14 +122,14 @@ class RuntimeCore:
     registry: Registry
     watchdog: Watchdog
     nursery: trio.Nursery
+    #: Cancels stopped calls' work: at once, or in waves (a task in ``nursery``).
+    stopper: Stopper
     default_idle_timeout: float
     channel_size: int
     stats: StatsCounters = attrs.field(factory=StatsCounters)
     #: The host's image store: durable image attachments are read through it.
     image_attachments: ImageAttachments | None = None
     middlewares: tuple[Middleware, ...] = ()
-    #: Cancels stopped calls' work: at once, or in waves when thousands stop together.
-    stopper: Stopper = attrs.field(factory=Stopper)
     #: Secrets held beyond the adapters' keys (a gateway's token), removed from every failure.
     secrets: HeldSecrets = attrs.field(factory=HeldSecrets)
     #: The call log (None: off, the default).
@@ -162,12 +164,12 @@ class RuntimeCore:
         series.counters.started += 1
         self.calls.add(call)
         if self.closing:
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shut down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shut down")
         return series
 
     def spawn(self, call: Call) -> bool:
         try:
-            self.nursery.start_soon(call.run, name=_CALL_TASK_NAME)
+            self.nursery.start_soon(run_call, call, name=_CALL_TASK_NAME)
         except RuntimeError:  # the runtime's nursery is closed
             return False
         return True
@@ -179,10 +181,22 @@ class RuntimeCore:
         delivered: Finish | None,
         middleware_failed: bool,
         abort_latency: float | None,
+        forwarded: int = 0,
+        dropped: int = 0,
+        started: float | None = None,
+        first: float = 0.0,
+        ended: float = 0.0,
     ) -> None:
+        """Count ``call`` out, with its adapter work in one step: chunks, time to the
+        first one, duration (trio clock readings; ``started`` None: it did no adapter
+        work; ``first`` means nothing when nothing was ``forwarded``)."""
         self.calls.discard(call)
         stats = self.stats
         stats.calls_in_flight -= 1
+        if started is not None:
+            stats.chunks_forwarded += forwarded
+            stats.chunks_dropped += dropped
+            series.worked(forwarded, started, first, ended)
         if middleware_failed:
             stats.middleware_errors += 1
         if abort_latency is not None:
@@ -202,25 +216,6 @@ class RuntimeCore:
                 series.ended(kind, "")
         if self.closing and not self.calls:
             self._all_ended.set()
-
-    def call_worked(
-        self,
-        series: CallSeries,
-        forwarded: int,
-        dropped: int,
-        started: float,
-        first: float,
-        ended: float,
-    ) -> None:
-        """Count a call's adapter work: chunks, time to the first one, and duration.
-
-        Times are trio clock readings; ``first`` means nothing when nothing
-        was ``forwarded``.
-        """
-        stats = self.stats
-        stats.chunks_forwarded += forwarded
-        stats.chunks_dropped += dropped
-        series.worked(forwarded, started, first, ended)
 
     def retry_scheduled(self, code: str) -> None:
         self.stats.retries[code] += 1
@@ -246,7 +241,7 @@ class RuntimeCore:
         self.shutting_down.set()
         self.router.close()
         for call in list(self.calls):
-            call.abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
+            call._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
         if self.calls:
             with trio.move_on_after(grace):
                 await self._all_ended.wait()
@@ -834,8 +829,12 @@ async def open_runtime(
     logged = _call_log(call_log)
     try:
         async with trio.open_nursery() as nursery:
-            registry = Registry(drain_timeout=drain_timeout)
             watchdog = Watchdog()
+            await nursery.start(watchdog.run)
+            # One lazy deadline heap for the runtime: the idle watchdog's calls and
+            # every adapter transport's read deadlines.
+            services = RuntimeServices(nursery=nursery, deadlines=watchdog)
+            registry = Registry(drain_timeout=drain_timeout, services=services)
             registry_done = trio.Event()
 
             async def run_registry(*, task_status: trio.TaskStatus[None]) -> None:
@@ -844,12 +843,12 @@ async def open_runtime(
                 finally:
                     registry_done.set()
 
-            await nursery.start(run_registry)
-            await nursery.start(watchdog.run)
+            await nursery.start(run_registry, name="llmrt.registry")
             core = RuntimeCore(
                 registry=registry,
                 watchdog=watchdog,
                 nursery=nursery,
+                stopper=Stopper(nursery),
                 default_idle_timeout=idle,
                 channel_size=channel_size,
                 image_attachments=image_attachments,

@@ -12,10 +12,11 @@ the whole abort (bench/bench_runtime.py, section 3).
 
 So a runtime stops its calls through one `Stopper`: a call's scope is
 cancelled at once while fewer than `WAVE` stopped calls are still running;
-past that, stops queue and one system task cancels `WAVE` of them per
-scheduler pass. Each wave's tasks run, and drop what their cancellation
-made, in the next pass, so the young generation never fills: the same
-abort then runs without one collection. A stop's cause and the adapter's
+past that, stops queue and one task, started in the runtime's own nursery
+for the length of the burst, cancels `WAVE` of them per scheduler pass.
+Each wave's tasks run, and drop what their cancellation made, in the next
+pass, so the young generation never fills: the same abort then runs
+without one collection. A stop's cause and the adapter's
 ``close_on_stop`` callbacks still take effect at once (`Call._stop`): no
 chunk the adapter yields after the stop reaches the consumer, and the
 upstream sees its close at once; only unwinding the call task's own work
@@ -45,9 +46,11 @@ WAVE = 24
 class Stopper:
     """Cancels stopped calls' scopes: at once while few are unwinding, else in waves."""
 
-    __slots__ = ("_draining", "_queue", "running")
+    __slots__ = ("_draining", "_nursery", "_queue", "running")
 
-    def __init__(self) -> None:
+    def __init__(self, nursery: trio.Nursery) -> None:
+        #: Where the wave task runs: the runtime's nursery, whose owner waits for it.
+        self._nursery = nursery
         self._queue: deque[trio.CancelScope] = deque()
         self._draining = False
         #: Stopped calls whose task has not ended yet (each stop counts one, each end one back).
@@ -68,8 +71,8 @@ class Stopper:
         if not self._draining:
             self._draining = True
             try:
-                trio.lowlevel.spawn_system_task(self._drain, name="llmrt.calls.stopper")
-            except RuntimeError:  # the run is ending: there are no passes left to spread over
+                self._nursery.start_soon(self._drain, name="llmrt.calls.stopper")
+            except RuntimeError:  # the runtime's nursery is closed: no passes left to spread over
                 self._draining = False
                 self._cancel(len(self._queue))
 
@@ -80,7 +83,8 @@ class Stopper:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                # Shielded: at the run's end the queue is still drained, wave by wave.
+                # Shielded: when the runtime's nursery is cancelled at its end, the
+                # queue is still drained, wave by wave.
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 self._cancel(WAVE)
         finally:

@@ -66,6 +66,8 @@ class Topology:
     routes: Mapping[str, Route]
     configurable: tuple[ConfigurableProvider, ...]
     discovery: Mapping[str, Discover]
+    #: Registrations the registry holds, routed or not (one with no routes counts).
+    registration_count: int = 0
 
     @property
     def registrations(self) -> frozenset[Registration]:

@@ -1,4 +1,4 @@
-"""`ClientPool`: httpx clients kept per endpoint, for code that asks many endpoints now and then.
+"""`ClientPool`: upstream clients kept per endpoint, for code that asks many endpoints now and then.
 
 An adapter talks to one endpoint and holds one client for it. Model
 discovery asks whichever endpoint a request names (a route's, a namespace's
@@ -24,6 +24,7 @@ import attrs
 import httpx
 import trio
 
+from ._exchange import Upstream
 from ._http import make_client
 
 __all__ = ["ClientPool", "MAX_CLIENTS", "POOL_LIMITS"]
@@ -47,14 +48,14 @@ class ClientPool:
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     max_clients: int = MAX_CLIENTS
     #: Least recently used first.
-    _clients: dict[str, httpx.AsyncClient] = attrs.field(factory=dict, init=False, repr=False)
+    _clients: dict[str, Upstream] = attrs.field(factory=dict, init=False, repr=False)
     #: Asks in progress per kept base URL.
     _busy: dict[str, int] = attrs.field(factory=dict, init=False, repr=False)
 
     def __len__(self) -> int:
         return len(self._clients)
 
-    def _open(self, base_url: str) -> httpx.AsyncClient:
+    def _open(self, base_url: str) -> Upstream:
         return make_client(
             base_url,
             timeout=self.timeout,
@@ -64,7 +65,7 @@ class ClientPool:
         )
 
     @asynccontextmanager
-    async def client(self, base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async def client(self, base_url: str) -> AsyncIterator[Upstream]:
         """A client for ``base_url``: the kept one, a new kept one, or (all busy) a passing one."""
         client = self._clients.pop(base_url, None)
         if client is None and len(self._clients) >= self.max_clients:
@@ -96,6 +97,6 @@ class ClientPool:
             await _close(client)
 
 
-async def _close(client: httpx.AsyncClient) -> None:
+async def _close(client: Upstream) -> None:
     with trio.move_on_after(_CLOSE_SECONDS, shield=True):
         await client.aclose()

@@ -12,10 +12,9 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from contextlib import aclosing, asynccontextmanager
-from typing import NoReturn, Protocol
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from contextlib import aclosing
+from typing import NoReturn, Protocol, cast
 
 import attrs
 import httpx
@@ -27,8 +26,9 @@ from llmrt.adapter import Redactor, attribution_headers, close_on_stop, looks_li
 
 from ._bodies import ACCEPT_ENCODING, BoundedInflater, GatedSSEParser, inflater_for
 from ._classify import classify_http_error, classify_stream_error
-from ._h11lite import MalformedResponse, ResponseHead
-from ._transport import PeerRefused, ResponseBody, TrioTransport
+from ._exchange import Exchanger, HttpxExchange, Response, Upstream
+from ._h11lite import MalformedResponse
+from ._transport import PeerRefused, TrioTransport
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -38,8 +38,6 @@ __all__ = [
     "read_api_key",
     "KeyRedaction",
     "translate_http_error",
-    "open_event_stream",
-    "finish_body",
     "body_reads",
     "EventFeed",
     "SSEFeed",
@@ -63,50 +61,86 @@ def make_client(
     timeout: httpx.Timeout | None = None,
     limits: httpx.Limits | None = None,
     http2: bool | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
+    transport: httpx.AsyncBaseTransport | Exchanger | None = None,
     ssl_context: ssl.SSLContext | None = None,
-) -> httpx.AsyncClient:
-    """One registration's client: no redirects, no library retries, attribution headers.
+) -> Upstream:
+    """One registration's `Upstream`: no redirects, no library retries, attribution headers.
 
     HTTP/1.1 goes through `TrioTransport` (a constant-time connection pool on
     trio sockets: httpcore's pool scans every connection on each request start
     and end, which dominated CPU at a thousand concurrent streams), except
     for an endpoint the environment routes through a proxy (``HTTPS_PROXY``
-    and co.), which stays on httpx's transport.
+    and co.), which goes through httpx's transport for that proxy.
     ``http2=None`` turns HTTP/2 on, through httpx's own transport, for
     ``https`` endpoints when the ``h2`` package is installed (``pip install
     httpx[http2]``). ``ssl_context`` replaces the default certificate checks
-    (e.g. a private CA). A given ``transport`` (``httpx.MockTransport`` in
-    tests) replaces all of this.
+    (e.g. a private CA). A given ``transport`` replaces all of this: an
+    `Exchanger` is used as it is, any other httpx transport
+    (``httpx.MockTransport`` in tests) is wrapped once (`HttpxExchange`).
     """
     if http2 is None:
         http2 = base_url.startswith("https://") and importlib.util.find_spec("h2") is not None
-    if transport is None and not http2 and not _proxied(base_url):
-        # httpx ignores limits when given a transport: they go to ours.
-        transport = TrioTransport(limits=limits or DEFAULT_LIMITS, ssl_context=ssl_context)
-    return httpx.AsyncClient(
-        base_url=base_url,
+    limits = limits or DEFAULT_LIMITS
+    exchanger: Exchanger
+    if transport is not None:
+        exchanger = (
+            cast(Exchanger, transport)
+            if _is_exchanger(transport)
+            else HttpxExchange(cast(httpx.AsyncBaseTransport, transport))
+        )
+    else:
+        proxy = _proxy_for(base_url)
+        if not http2 and proxy is None:
+            exchanger = TrioTransport(limits=limits, ssl_context=ssl_context)
+        else:
+            exchanger = HttpxExchange(
+                httpx.AsyncHTTPTransport(
+                    verify=ssl_context if ssl_context is not None else True,
+                    http2=http2,
+                    limits=limits,
+                    proxy=proxy,
+                )
+            )
+    return Upstream(
+        base_url,
+        transport=exchanger,
+        # httpx's default headers, with only the codings inflated under a bound
+        # (`_bodies`; httpx would add br/zstd) and the attribution headers.
+        headers={
+            "Accept": "*/*",
+            "Accept-Encoding": ACCEPT_ENCODING,
+            "Connection": "keep-alive",
+            **attribution_headers(),
+        },
         timeout=timeout or DEFAULT_TIMEOUT,
-        limits=limits or DEFAULT_LIMITS,
-        http2=http2,
-        transport=transport,
-        verify=ssl_context if ssl_context is not None else True,
-        # Only the codings inflated under a bound (`_bodies`); httpx would add br/zstd.
-        headers={**attribution_headers(), "Accept-Encoding": ACCEPT_ENCODING},
-        follow_redirects=False,
     )
 
 
-def pool_counts(client: httpx.AsyncClient) -> tuple[int, int] | None:
-    """(open, of which idle) connections of a `make_client` client's pool; None when unknown.
+def _is_exchanger(transport: object) -> bool:
+    return callable(getattr(transport, "exchange", None))
+
+
+def pool_counts(client: Upstream) -> tuple[int, int] | None:
+    """(open, of which idle) connections of a `make_client` upstream's pool; None when unknown.
 
     Known for `TrioTransport` (the HTTP/1.1 default); httpx's own transport
     (HTTP/2, proxies) and test transports report None.
     """
-    transport = client._transport  # httpx keeps the transport it was given here
-    if isinstance(transport, TrioTransport):
-        return transport.connection_counts()
-    return None
+    counts: tuple[int, int] | None = client.transport.connection_counts()
+    return counts
+
+
+def _proxy_for(base_url: str) -> str | None:
+    """The proxy the environment routes ``base_url`` through (HTTPS_PROXY and co.), if any.
+
+    TrioTransport speaks directly to the origin; a proxied endpoint goes
+    through httpx's transport for that proxy.
+    """
+    if not _proxied(base_url):
+        return None
+    proxies = urllib.request.getproxies()
+    scheme = urllib.parse.urlsplit(base_url).scheme
+    return proxies.get(scheme) or proxies.get("all")
 
 
 def _proxied(base_url: str) -> bool:
@@ -210,7 +244,7 @@ def _endpoint(exc: httpx.HTTPError) -> str:
 _DEFAULT_PORT = {"http": 80, "https": 443}
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: Response) -> bytes:
     body = bytearray()
     try:
         async with aclosing(body_reads(response)) as reads:
@@ -245,57 +279,28 @@ def _json_error_failure(
     return msgspec.structs.replace(failure, code=code)
 
 
-@asynccontextmanager
-async def open_event_stream(
-    client: httpx.AsyncClient,
-    path: str,
-    *,
-    body: bytes,
-    headers: Mapping[str, str],
-    provider_kind: str,
-) -> AsyncIterator[httpx.Response]:
-    """POST ``body`` and yield the streaming response once it is a 2xx event stream.
-
-    Raises `LlmError`: the classified failure for an error status, ``PROTOCOL``
-    for a success that is not ``text/event-stream`` (an HTML page from a
-    proxy, say), or a translated transport error. Messages quote the body
-    through the classifier (bounded, credential-looking phrases removed); the
-    adapter's keys are removed by value where the call receives the failure
-    (the one redaction point, ``llmrt.actors._call``). The response is closed
-    on exit, however it is left.
-    """
-    request = client.build_request("POST", path, content=body, headers=headers)
-    try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise translate_http_error(exc) from None
-    try:
-        if response.status_code >= 300 or not _is_event_stream(response.headers):
-            await _refuse(response, provider_kind)
-        yield response
-    finally:
-        await response.aclose()
+def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str:
+    """The first value of header ``name`` (lower case) as text; "" when absent."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return ""
 
 
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    return "text/event-stream" in headers.get("content-type", "").lower()
-
-
-async def _refuse(response: httpx.Response, provider_kind: str) -> NoReturn:
+async def _refuse(response: Response, provider_kind: str) -> NoReturn:
     """Raise the `LlmError` for a response that is not a 2xx event stream (body read, bounded)."""
     try:
         raw = await _read_bounded(response)
     except httpx.HTTPError:
         raw = b""
-    status = response.status_code
+    status = response.status
+    headers = httpx.Headers(list(response.headers))
     if status >= 300:
-        raise LlmError.from_failure(
-            classify_http_error(provider_kind, status, response.headers, raw)
-        )
-    failure = _json_error_failure(provider_kind, status, response.headers, raw)
+        raise LlmError.from_failure(classify_http_error(provider_kind, status, headers, raw))
+    failure = _json_error_failure(provider_kind, status, headers, raw)
     if failure is not None:
         raise LlmError.from_failure(failure)
-    content_type = response.headers.get("content-type", "")
+    content_type = headers.get("content-type", "")
     raise LlmError(
         ErrorCode.PROTOCOL,
         f"expected an event stream, got {content_type or 'no content type'} "
@@ -326,24 +331,7 @@ def _snippet(raw: bytes) -> str:
 EOF_GRACE = 1.0
 
 
-async def finish_body(reads: AsyncIterator[bytes]) -> None:
-    """Read what is left of a body after its end-of-stream marker, briefly.
-
-    A body read to its end lets httpx return the connection to the pool (no
-    new TCP/TLS handshake for the next call); a server that keeps the body
-    open past the marker costs at most `EOF_GRACE` seconds and its connection.
-    A body that fails to decode past the marker (a compressed bomb) costs
-    only its connection: the stream it ends was already complete.
-    """
-    with trio.move_on_after(EOF_GRACE):
-        try:
-            async for _ in reads:
-                pass
-        except LlmError:
-            pass  # the response is closed, not pooled, when the caller leaves it
-
-
-async def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+async def body_reads(response: Response) -> AsyncGenerator[bytes, None]:
     """The response body's reads, content-decoded under a bound (for ``aclosing``).
 
     A ``gzip``/``deflate`` read comes out in pieces of at most
@@ -351,14 +339,15 @@ async def body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     one read, so a decompression bomb neither holds the event loop nor
     bypasses the SSE parser's bounds. Raises `LlmError` ``PROTOCOL`` for an
     unsupported coding, a corrupt body or one past the inflation ratio cap,
-    and httpx's errors for the transport.
+    and httpx's errors for the transport. For the bounded reads (error
+    bodies, model lists); `stream_events` has the same loop inline.
     """
-    inflater = inflater_for(response.headers)
-    if inflater is None:
-        async for raw in response.aiter_raw():
+    coding = _header(response.headers, b"content-encoding")
+    inflater = inflater_for({"content-encoding": coding}) if coding else None
+    while raw := await response.receive():
+        if inflater is None:
             yield raw
-        return
-    async for raw in response.aiter_raw():
+            continue
         first = True
         for piece in inflater.feed(raw):
             if not first:
@@ -408,8 +397,8 @@ class SSEFeed:
         return self._wire.end()
 
 
-def stream_events(
-    client: httpx.AsyncClient,
+async def stream_events(
+    client: Upstream,
     path: str,
     *,
     body: bytes,
@@ -419,52 +408,65 @@ def stream_events(
 ) -> AsyncGenerator[StreamChunk, None]:
     """POST ``body`` and stream the chunks ``events`` decodes from the response.
 
-    The read that completes the stream is held until the rest of the body is
-    read (`finish_body`), so the connection goes back to the pool. Raises
-    `LlmError` as `open_event_stream` does, and for transport errors mid-body.
-    Failures are not redacted by value here: the call that iterates the
-    stream does it once, with the adapter's `redactor` (docs/security.md).
-
-    On the default transport (`TrioTransport`) the exchange skips httpx's
-    request and response objects and stream wrappers (`_direct_events`);
-    any other transport (``httpx.MockTransport``, HTTP/2, a proxy) goes
-    through ``client.send`` as usual. Both produce the same chunks and errors.
+    One exchange on the upstream's transport (`Exchanger.exchange`, the same
+    for `TrioTransport` and a wrapped httpx transport) and one read loop. The
+    read that completes the stream is held until the rest of the body is
+    read (`_finish`), so the connection goes back to the pool. Raises
+    `LlmError`: the classified failure for an error status, ``PROTOCOL`` for
+    a success that is not ``text/event-stream`` (an HTML page from a proxy,
+    say), or a translated transport error. Messages quote the body through
+    the classifier (bounded, credential-looking phrases removed). Failures
+    are not redacted by value here: the call that iterates the stream does it
+    once, with the adapter's `redactor` (docs/security.md). Not kept:
+    cookies the provider sets (an API client needs none).
     """
-    transport = client._transport  # httpx keeps the transport it was given here
-    if type(transport) is TrioTransport:
-        return _direct_events(client, transport, path, body, headers, provider_kind, events)
-    return _client_events(client, path, body, headers, provider_kind, events)
-
-
-async def _client_events(
-    client: httpx.AsyncClient,
-    path: str,
-    body: bytes,
-    headers: Mapping[str, str],
-    provider_kind: str,
-    events: EventFeed,
-) -> AsyncGenerator[StreamChunk, None]:
-    """`stream_events` through ``client.send`` (any transport)."""
-    async with open_event_stream(
-        client, path, body=body, headers=headers, provider_kind=provider_kind
-    ) as response:
-        try:
-            async with aclosing(body_reads(response)) as reads:
-                async for raw in reads:
-                    try:
-                        chunks = events.feed(raw)
-                    except RecursionError:
-                        # A backstop: `GatedSSEParser` refuses deep nesting before decoding.
-                        raise _too_deep() from None
-                    if events.finished:
-                        await finish_body(reads)
+    try:
+        request = client.request(b"POST", path, headers, len(body))
+    except httpx.HTTPError as exc:
+        raise translate_http_error(exc) from None
+    try:
+        async with client.transport.exchange(request, body) as response:
+            # A stopped call closes the connection at the stop, not a scheduler pass later.
+            close_on_stop(response.close)
+            if response.status >= 300 or (
+                "text/event-stream" not in _header(response.headers, b"content-type").lower()
+            ):
+                await _refuse(response, provider_kind)
+            coding = _header(response.headers, b"content-encoding")
+            inflater = inflater_for({"content-encoding": coding}) if coding else None
+            try:
+                while raw := await response.receive():
+                    if inflater is None:
+                        pieces: Iterable[bytes] = (raw,)
+                    else:
+                        pieces = inflater.feed(raw)
+                    first = True
+                    for piece in pieces:
+                        if not first:
+                            await trio.lowlevel.checkpoint()
+                        first = False
+                        try:
+                            chunks = events.feed(piece)
+                        except RecursionError:
+                            # A backstop: `GatedSSEParser` refuses deep nesting before decoding.
+                            raise _too_deep() from None
+                        if events.finished:
+                            if not response.done:
+                                await _finish(response, inflater)
+                            for chunk in chunks:
+                                yield chunk
+                            return
                         for chunk in chunks:
                             yield chunk
-                        return
-                    for chunk in chunks:
-                        yield chunk
-        except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
+            except httpx.HTTPError as exc:
+                raise translate_http_error(exc) from None
+            if response.stopped:
+                # Closed by the stopped call's closer: the stream just ends, and its
+                # one ``aborted`` finish is the call's to make.
+                return
+    except httpx.HTTPError as exc:
+        # Before a response (connect, write, the response head): name the endpoint.
+        raise translate_http_error(exc, request.endpoint) from None
     for chunk in events.end():
         yield chunk
 
@@ -473,160 +475,19 @@ def _too_deep() -> LlmError:
     return LlmError(ErrorCode.PROTOCOL, "an event from the provider is nested too deeply")
 
 
-@attrs.frozen
-class _Route:
-    """What every request of one client to one path shares, encoded once."""
+async def _finish(response: Response, inflater: BoundedInflater | None) -> None:
+    """Read what is left of a body after its end-of-stream marker, briefly.
 
-    origin: tuple[bytes, str, int]
-    #: ``POST target HTTP/1.1``, ``Host`` and the client's headers not overridden.
-    prefix: bytes
-    timeouts: dict[str, float | None]
-
-
-#: Per client: (path, the request's header names) -> its `_Route`. Bounded per client.
-_ROUTES: weakref.WeakKeyDictionary[httpx.AsyncClient, dict[tuple[str, tuple[str, ...]], _Route]]
-_ROUTES = weakref.WeakKeyDictionary()
-_MAX_ROUTES = 256
-
-
-def _route(client: httpx.AsyncClient, path: str, names: tuple[str, ...]) -> _Route:
-    """The cached `_Route` of ``client`` for ``path`` and a request with headers ``names``.
-
-    The target is httpx's own merge of the client's base URL and ``path``,
-    and the header block is httpx's merge (the request's headers replace the
-    client's of the same name), so both paths send the same request.
-    """
-    routes = _ROUTES.get(client)
-    if routes is None:
-        routes = _ROUTES[client] = {}
-    key = (path, names)
-    route = routes.get(key)
-    if route is not None:
-        return route
-    url = client._merge_url(path)
-    origin = TrioTransport.origin_of(url)
-    overridden = {name.lower() for name in names} | {"host", "content-length"}
-    # ``netloc`` is the Host header httpx sends (default port left out, IPv6 bracketed).
-    lines = [b"POST " + url.raw_path + b" HTTP/1.1\r\nHost: " + url.netloc]
-    for name, value in client.headers.raw:
-        if name.decode("latin-1").lower() not in overridden:
-            lines.append(b"\r\n" + name + b": " + value)
-    route = _Route(origin, b"".join(lines), client.timeout.as_dict())
-    if len(routes) >= _MAX_ROUTES:
-        routes.clear()  # model names in paths (Gemini) could grow it without end
-    routes[key] = route
-    return route
-
-
-def _direct_head(route: _Route, headers: Mapping[str, str], length: int) -> bytes:
-    """The request head: the route's prefix, the request's headers, ``Content-Length``.
-
-    Raises `LlmError` ``INVALID_REQUEST`` for a header that would break the
-    head (a line break or NUL: header injection), as httpx refuses it.
-    """
-    parts = [route.prefix]
-    for name, value in headers.items():
-        parts.append(b"\r\n" + name.encode("ascii") + b": " + value.encode("utf-8"))
-    parts.append(b"\r\nContent-Length: %d\r\n\r\n" % length)
-    head = b"".join(parts)
-    lines = len(parts) + route.prefix.count(b"\n") + 1
-    if head.count(b"\n") != lines or head.count(b"\r") != lines or b"\x00" in head:
-        raise LlmError(ErrorCode.INVALID_REQUEST, "a request header holds a line break or NUL")
-    return head
-
-
-def _header(head: ResponseHead, name: bytes) -> str:
-    """The first value of header ``name`` (lower case) as text; "" when absent."""
-    for key, value in head.headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
-
-
-async def _direct_events(
-    client: httpx.AsyncClient,
-    transport: TrioTransport,
-    path: str,
-    body: bytes,
-    headers: Mapping[str, str],
-    provider_kind: str,
-    events: EventFeed,
-) -> AsyncGenerator[StreamChunk, None]:
-    """`stream_events` straight on `TrioTransport`: one generator from request to chunks.
-
-    The same request as ``client.send`` would write, without the request,
-    URL, headers and response objects, the cookie jar or the four stream
-    wrappers httpx puts between a network read and its consumer: per
-    request and per read, that is most of what a stream costs the client
-    besides decoding. An error status or a body that is not an event stream
-    becomes an ``httpx.Response`` after all, so it is classified by the same
-    code as on any transport. Not kept: cookies the provider sets (an API
-    client needs none; httpx's path keeps them).
-    """
-    try:
-        route = _route(client, path, tuple(headers))
-    except httpx.HTTPError as exc:
-        raise translate_http_error(exc) from None
-    head = _direct_head(route, headers, len(body))
-    try:
-        response_head, stream = await transport.round_trip(
-            route.origin, b"POST", head, body, route.timeouts
-        )
-    except httpx.HTTPError as exc:
-        scheme, host, port = route.origin
-        raise translate_http_error(exc, f"{scheme.decode()}://{host}:{port}") from None
-    # A stopped call closes the connection at the stop, not a scheduler pass later.
-    close_on_stop(stream.close)
-    try:
-        if response_head.status >= 300 or (
-            "text/event-stream" not in _header(response_head, b"content-type").lower()
-        ):
-            response = httpx.Response(
-                status_code=response_head.status, headers=response_head.headers, stream=stream
-            )
-            await _refuse(response, provider_kind)
-        coding = _header(response_head, b"content-encoding")
-        inflater = inflater_for({"content-encoding": coding}) if coding else None
-        try:
-            while raw := await stream.receive():
-                if inflater is None:
-                    pieces: Iterable[bytes] = (raw,)
-                else:
-                    pieces = inflater.feed(raw)
-                first = True
-                for piece in pieces:
-                    if not first:
-                        await trio.lowlevel.checkpoint()
-                    first = False
-                    try:
-                        chunks = events.feed(piece)
-                    except RecursionError:
-                        raise _too_deep() from None
-                    if events.finished:
-                        if not stream.done:
-                            await _finish_direct(stream, inflater)
-                        for chunk in chunks:
-                            yield chunk
-                        return
-                    for chunk in chunks:
-                        yield chunk
-        except httpx.HTTPError as exc:
-            raise translate_http_error(exc) from None
-    finally:
-        stream.close()
-    for chunk in events.end():
-        yield chunk
-
-
-async def _finish_direct(stream: ResponseBody, inflater: BoundedInflater | None) -> None:
-    """`finish_body` for `_direct_events`: the rest of the body, briefly, for the pool.
-
-    Past the end-of-stream marker nothing can change the call's outcome: a
-    read that fails or a body that fails to inflate costs only the connection.
+    A body read to its end lets the transport return the connection to the
+    pool (no new TCP/TLS handshake for the next call); a server that keeps
+    the body open past the marker costs at most `EOF_GRACE` seconds and its
+    connection. Past the marker nothing can change the call's outcome: a
+    read that fails or a body that fails to inflate (a compressed bomb)
+    costs only the connection.
     """
     with trio.move_on_after(EOF_GRACE):
         try:
-            while raw := await stream.receive():
+            while raw := await response.receive():
                 if inflater is not None:
                     for _ in inflater.feed(raw):
                         await trio.lowlevel.checkpoint()

@@ -2,7 +2,7 @@
 
 The transport settings (HTTP/2, timeouts, pool limits, a replacement
 transport for tests, TLS context), the environment the key is read from, the
-route's retry policy, one `httpx.AsyncClient` per adapter, the `Redactor`
+route's retry policy, one `Upstream` (client) per adapter, the `Redactor`
 of the key it sends (which the runtime applies to every call's failure, and
 this class to model-list errors, which are not calls), the pool figures the
 metrics read, and closing. A concrete adapter declares its own ``base_url``,
@@ -20,8 +20,9 @@ import attrs
 import httpx
 
 from llmrt import Adapter, LlmError, ModelInfo, ResolvedRetryPolicy
-from llmrt.adapter import Redactor
+from llmrt.adapter import Redactor, RuntimeServices
 
+from ._exchange import Exchanger, Upstream
 from ._http import KeyRedaction, make_client, pool_counts
 from ._models import fetch_models
 
@@ -36,12 +37,13 @@ class HttpAdapter(Adapter):
     http2: bool | None = None
     timeout: httpx.Timeout | None = None
     limits: httpx.Limits | None = None
-    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    #: Replaces the transport: an `Exchanger` as it is, an httpx transport wrapped once.
+    transport: httpx.AsyncBaseTransport | Exchanger | None = attrs.field(default=None, repr=False)
     #: Certificate checks for https (e.g. a private CA); None: the system's defaults.
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     #: Replaces ``os.environ`` for the key lookup (tests, embedding hosts).
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
-    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+    _client: Upstream = attrs.field(init=False, repr=False)
     _redaction: KeyRedaction = attrs.field(factory=KeyRedaction, init=False, repr=False)
 
     def _key_env(self) -> str | None:
@@ -90,6 +92,13 @@ class HttpAdapter(Adapter):
 
     def connection_counts(self) -> tuple[int, int] | None:
         return pool_counts(self._client)
+
+    def attach_runtime(self, services: RuntimeServices) -> None:
+        """The transport watches its read deadlines on the runtime's heap."""
+        self._client.transport.attach_runtime(services)
+
+    def detach_runtime(self) -> None:
+        self._client.transport.detach_runtime()
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -25,6 +25,7 @@ from llmrt import ErrorCode, LlmError, ModelInfo
 from llmrt.adapter import ModelModality
 
 from ._classify import classify_http_error
+from ._exchange import Upstream
 from ._http import body_reads, translate_http_error
 from .plugin import ModelSpec
 
@@ -134,15 +135,18 @@ def model_infos(
 
 
 async def _get_list(
-    client: httpx.AsyncClient,
+    client: Upstream,
     path: str,
     headers: Mapping[str, str],
     params: Mapping[str, str] | None,
 ) -> tuple[int, httpx.Headers, bytes]:
     """``GET path``: its status, headers and body (cut after `MAX_MODEL_LIST` + 1 bytes)."""
+    if params:
+        path = f"{path}?{httpx.QueryParams(params)}"
     try:
-        async with client.stream("GET", path, headers=dict(headers), params=params) as response:
-            status, response_headers = response.status_code, response.headers
+        request = client.request(b"GET", path, dict(headers), 0)
+        async with client.transport.exchange(request, b"") as response:
+            status, response_headers = response.status, httpx.Headers(list(response.headers))
             body = bytearray()
             # Inflated a bounded step at a time (`body_reads`), so a compressed bomb stops here.
             async with aclosing(body_reads(response)) as reads:
@@ -176,7 +180,7 @@ def _entries(
 
 
 async def fetch_entries(
-    client: httpx.AsyncClient,
+    client: Upstream,
     path: str,
     *,
     provider_kind: str,
@@ -194,7 +198,7 @@ async def fetch_entries(
 
 
 async def fetch_models(
-    client: httpx.AsyncClient,
+    client: Upstream,
     path: str,
     *,
     provider: str,

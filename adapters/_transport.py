@@ -1,8 +1,10 @@
-"""`TrioTransport`: an httpx transport speaking HTTP/1.1 over trio sockets, with an O(1) pool.
+"""`TrioTransport`: HTTP/1.1 over trio sockets, with an O(1) pool.
 
-httpx stays the adapters' HTTP API (``httpx.MockTransport`` and httpx's
-configuration keep working); this replaces httpcore underneath, for two
-reasons measured on thousands of concurrent streams. httpcore's pool scans
+It speaks the adapters' transport interface natively (`exchange`, see
+``_exchange.py``: an encoded request head and body in, one network read per
+``receive`` out) and is an httpx transport as well (`handle_async_request`,
+for an ``httpx.AsyncClient``). It replaces httpcore for two reasons
+measured on thousands of concurrent streams. httpcore's pool scans
 every connection whenever a request starts or ends, which dominates CPU at
 1,000+ streams; and its h11-based HTTP/1.1 stack costs several Python
 objects and calls per HTTP chunk, which is per token for a provider that
@@ -40,7 +42,6 @@ Out of scope (use httpx's own transport): HTTP/2, proxies, ``Expect:
 
 from __future__ import annotations
 
-import heapq
 import math
 import select
 import socket
@@ -52,8 +53,10 @@ import attrs
 import httpx
 import trio
 
+from llmrt._deadlines import DeadlineHeap, Entry, RuntimeServices
 from llmrt._egress import OUTBOUND, is_public_address
 
+from ._exchange import RequestHead
 from ._h11lite import (
     Decoder,
     MalformedResponse,
@@ -124,14 +127,18 @@ class _Connection:
     closed: bool = False
     #: The non-blocking standard-library socket under a plain TCP stream (None: TLS).
     raw: socket.socket | None = None
-    #: trio time by which the read now waiting must get data (see `_ReadDeadlines`).
+    #: trio time by which the read now waiting must get data (see `TrioTransport._receive`).
     read_deadline: float = math.inf
     #: True while a read waits on the socket.
     reading: bool = False
-    #: The `_ReadDeadlines` watching this connection's reads (None: none).
-    watched_in: _ReadDeadlines | None = None
-    #: Set when the read-deadline watchdog closed the connection.
+    #: The heap watching this connection's reads, and its entry there (None: none).
+    deadline_heap: DeadlineHeap | None = None
+    deadline_entry: Entry | None = None
+    #: Set when the read deadline closed the connection.
     timed_out: bool = False
+    #: Set when its response was closed mid-body (`ResponseBody.close`): a read
+    #: waiting on it then ends the body instead of raising.
+    stopped: bool = False
 
     def close(self) -> None:
         """Close the socket now, without I/O (a TLS session ends without close_notify)."""
@@ -145,79 +152,38 @@ def _timeouts(request: httpx.Request) -> Mapping[str, float | None]:
     return timeout if isinstance(timeout, dict) else {}
 
 
-class _ReadDeadlines:
-    """Read timeouts for every transport of a trio run: one watchdog task closes late reads.
+def _check_read(conn: _Connection, now: float) -> float | None:
+    """The read-deadline heap's question about ``conn`` (see `TrioTransport._receive`).
 
-    A waiting read sets its connection's ``read_deadline``; the first one
-    also puts the connection in a heap (once: later reads only move the
-    deadline). The watchdog sleeps until the earliest entry; when it is due,
-    a connection whose deadline moved is put back at its new deadline, one
-    whose read is still waiting past it is closed (the read then raises
-    `httpx.ReadTimeout`), and one that is not reading leaves the heap until
-    its next read. So a read pays two attribute writes for its timeout, and
-    the watchdog wakes about once per timeout per connection. It is a
-    system task of the run, started by the first read that needs it, and it
-    ends when nothing is left to watch.
+    A closed connection, or one not reading, leaves the heap (its next read
+    watches it again); one whose deadline moved goes back at its new
+    deadline; one whose read still waits past it is closed, and the read
+    then raises `httpx.ReadTimeout`.
     """
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Connection]] = []
-        self._seq = 0
-        self._sleep: trio.CancelScope | None = None
-        self.alive = True
-
-    def add(self, conn: _Connection) -> None:
-        conn.watched_in = self
-        self._seq += 1
-        heapq.heappush(self._heap, (conn.read_deadline, self._seq, conn))
-        sleep = self._sleep
-        if sleep is not None and conn.read_deadline < sleep.deadline:
-            sleep.deadline = conn.read_deadline
-
-    async def run(self) -> None:
-        heap = self._heap
-        try:
-            while heap:
-                with trio.CancelScope(deadline=heap[0][0]) as sleep:
-                    self._sleep = sleep
-                    await trio.sleep_forever()
-                self._sleep = None
-                now = trio.current_time()
-                while heap and heap[0][0] <= now:
-                    _, _, conn = heapq.heappop(heap)
-                    if conn.closed:
-                        conn.watched_in = None
-                    elif conn.read_deadline > now:
-                        self._seq += 1
-                        heapq.heappush(heap, (conn.read_deadline, self._seq, conn))
-                    elif conn.reading:
-                        conn.watched_in = None
-                        conn.timed_out = True
-                        conn.close()  # the waiting read wakes with ClosedResourceError
-                    else:
-                        conn.watched_in = None  # not reading: its next read watches it again
-        finally:
-            self.alive = False
-            for _, _, conn in heap:
-                conn.watched_in = None
+    if conn.closed:
+        return None
+    if conn.read_deadline > now:
+        return conn.read_deadline
+    if conn.reading:
+        conn.timed_out = True
+        conn.close()  # the waiting read wakes with ClosedResourceError
+    return None
 
 
-_READ_DEADLINES: trio.lowlevel.RunVar[_ReadDeadlines | None] = trio.lowlevel.RunVar(
-    "llmrt_read_deadlines", default=None
-)
-
-
-def _watch_read(conn: _Connection) -> None:
-    """Have the run's `_ReadDeadlines` watch ``conn`` (its ``read_deadline`` is set)."""
-    watching = conn.watched_in
-    if watching is not None and watching.alive:
-        return  # in the heap already: its entry finds the new deadline when due
-    deadlines = _READ_DEADLINES.get()
-    if deadlines is None or not deadlines.alive:
-        deadlines = _ReadDeadlines()
-        _READ_DEADLINES.set(deadlines)
-        trio.lowlevel.spawn_system_task(deadlines.run, name="llmrt.transport.read_deadlines")
-    deadlines.add(conn)
+async def _wait_read(conn: _Connection, raw: socket.socket | None) -> bytes:
+    """Wait for the next read of ``conn`` (``raw``: its plain socket, None for TLS)."""
+    conn.reading = True
+    try:
+        if raw is None:
+            return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
+        while True:
+            await trio.lowlevel.wait_readable(raw)
+            try:
+                return raw.recv(RECEIVE_BYTES)
+            except BlockingIOError:
+                continue  # a spurious wake-up
+    finally:
+        conn.reading = False
 
 
 class _NothingReceived(Exception):
@@ -229,11 +195,15 @@ class _NothingReceived(Exception):
 
 
 class ResponseBody(httpx.AsyncByteStream):
-    """A response body: one `bytes` per network read; returns or closes its connection."""
+    """A response (an ``_exchange.Response``): its head, its body one `bytes` per network read.
+
+    Returns its connection to the pool once read to its end, else closes it.
+    """
 
     def __init__(
         self,
         transport: TrioTransport,
+        head: ResponseHead,
         conn: _Connection,
         decoder: Decoder,
         first: bytes,
@@ -241,11 +211,16 @@ class ResponseBody(httpx.AsyncByteStream):
         keep_alive: bool,
     ) -> None:
         self._transport = transport
+        self.status = head.status
+        self.headers = head.headers
+        self.http_version = head.http_version
         self._conn: _Connection | None = conn
         self._decoder = decoder
         self._first = first
         self._read_timeout = read_timeout
         self._keep_alive = keep_alive
+        #: True once `close` ended the response before its body did.
+        self.stopped = False
         if decoder.done:
             self._finish()
 
@@ -276,9 +251,13 @@ class ResponseBody(httpx.AsyncByteStream):
         while not decoder.done:
             conn = self._conn
             if conn is None:
+                if self.stopped:
+                    return b""
                 raise httpx.ReadError("the response stream is closed")
             data = await self._transport._receive(conn, self._read_timeout, self._release_broken)
             if not data:
+                if self.stopped:
+                    return b""  # closed under the read (`close`): the body ends, untranslated
                 try:
                     decoder.eof()
                 except httpx.RemoteProtocolError:
@@ -310,8 +289,15 @@ class ResponseBody(httpx.AsyncByteStream):
             self._transport._release(conn, reusable=False)
 
     def close(self) -> None:
-        """Return the connection if the body was read to its end, else close it. No I/O."""
-        self._release_broken()
+        """Return the connection if the body was read to its end, else close it. No I/O.
+
+        Closed before its end (``stopped``), the body ends: a read waiting on
+        it, or made later, returns ``b""`` rather than raising.
+        """
+        conn = self._conn
+        if conn is not None:
+            self.stopped = conn.stopped = True
+            self._release_broken()
 
     async def aclose(self) -> None:
         """`close`, and a checkpoint."""
@@ -353,6 +339,27 @@ class TrioTransport(httpx.AsyncBaseTransport):
         self._idle_count = 0
         self._active: set[_Connection] = set()
         self._closed = False
+        #: The read-deadline heap of the runtime services attached (None: cancel scopes).
+        self._deadlines: DeadlineHeap | None = None
+
+    # ---- the exchange interface -------------------------------------------------------------
+
+    def exchange(self, request: RequestHead, body: bytes) -> _NativeExchange:
+        """One request, natively: ``async with transport.exchange(request, body) as response``.
+
+        The request head is encoded once (`RequestHead.encode`) and written
+        with the body in one write; the response is this transport's
+        `ResponseBody`. Raises httpx's exceptions, as `handle_async_request`.
+        """
+        return _NativeExchange(self, request, body)
+
+    def attach_runtime(self, services: RuntimeServices) -> None:
+        """Watch read deadlines on ``services.deadlines`` (no cancel scope per read)."""
+        self._deadlines = services.deadlines
+
+    def detach_runtime(self) -> None:
+        """Back to a cancel scope per waiting read."""
+        self._deadlines = None
 
     # ---- the pool ---------------------------------------------------------------------------
 
@@ -464,11 +471,13 @@ class TrioTransport(httpx.AsyncBaseTransport):
     ) -> bytes:
         """One network read: a schedule point, bounded by ``limit`` seconds of waiting.
 
-        The read timeout is no cancel scope per read (one costs about four
-        checkpoints, paid per token): a read that waits records its deadline
-        on the connection, and the transport's `_ReadDeadlines` watchdog
-        closes a connection whose read is still waiting past it. Data already
-        waiting is taken with one non-blocking ``recv``.
+        Data already waiting is taken with one non-blocking ``recv``. A read
+        that waits records its deadline on the connection: with runtime
+        services attached (`attach_runtime`) that is all it pays, and the
+        services' `DeadlineHeap` closes a connection whose read still waits
+        past it (no cancel scope per read: one costs about four checkpoints,
+        paid per token; the heap wakes about once per timeout per
+        connection). Without services, a waiting read runs in a cancel scope.
         """
         try:
             raw = conn.raw
@@ -482,10 +491,22 @@ class TrioTransport(httpx.AsyncBaseTransport):
                     # here, the data is lost with the connection, which is closed).
                     await trio.lowlevel.checkpoint()
                     return data
-            if limit is not None:
-                conn.read_deadline = trio.current_time() + limit
-                _watch_read(conn)
-            conn.reading = True
+            if limit is None:
+                return await _wait_read(conn, raw)
+            due = conn.read_deadline = trio.current_time() + limit
+            heap = self._deadlines
+            if heap is None or not heap.running:
+                with trio.CancelScope(deadline=due):
+                    return await _wait_read(conn, raw)
+                conn.timed_out = True
+                conn.close()
+                raise trio.ClosedResourceError
+            entry = conn.deadline_entry
+            if entry is None or entry[2] is None or conn.deadline_heap is not heap:
+                # Not watched: one entry, which later reads only move (`_check_read`).
+                conn.deadline_heap = heap
+                conn.deadline_entry = heap.push(conn, due, _check_read)
+            conn.reading = True  # `_wait_read`, inlined: this is the per-token path
             try:
                 if raw is None:
                     return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
@@ -498,6 +519,10 @@ class TrioTransport(httpx.AsyncBaseTransport):
             finally:
                 conn.reading = False
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            if conn.stopped:
+                # Closed under the read by its response's close() (a stopped call's
+                # closer): the body ends here, with nothing to translate for nobody.
+                return b""
             on_error()
             if conn.timed_out:
                 raise httpx.ReadTimeout("the server sent nothing in time") from None
@@ -776,7 +801,7 @@ class TrioTransport(httpx.AsyncBaseTransport):
             and not decoder.close_delimited
             and not asks_close
         )
-        return head, ResponseBody(self, conn, decoder, first, limit, keep_alive)
+        return head, ResponseBody(self, head, conn, decoder, first, limit, keep_alive)
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use. Later requests raise `RuntimeError`."""
@@ -789,6 +814,33 @@ class TrioTransport(httpx.AsyncBaseTransport):
         for conn in list(self._active):
             conn.close()
         await trio.lowlevel.checkpoint()
+
+
+class _NativeExchange:
+    """`TrioTransport.exchange`'s context: the round trip in, the body closed out (no I/O)."""
+
+    __slots__ = ("_body", "_request", "_response", "_transport")
+
+    def __init__(self, transport: TrioTransport, request: RequestHead, body: bytes) -> None:
+        self._transport = transport
+        self._request = request
+        self._body = body
+        self._response: ResponseBody | None = None
+
+    async def __aenter__(self) -> ResponseBody:
+        request = self._request
+        route = request.route
+        _, response = await self._transport.round_trip(
+            route.origin, route.method, request.head, self._body, route.timeouts
+        )
+        self._response = response
+        return response
+
+    async def __aexit__(self, *exc: object) -> None:
+        # No checkpoint: a generator closed under cancellation still closes its socket.
+        response, self._response = self._response, None
+        if response is not None:
+            response.close()
 
 
 def _asks_close(request: httpx.Request) -> bool:

@@ -25,7 +25,10 @@ Every figure stands beside a floor measured in the same run:
    its ``aborted`` finish; the same for 10,000 demo calls aborted while they
    stream. Floor (own subprocess): per call two bare trio tasks
    and a memory channel (consumer blocked in ``receive``), and cancelling all
-   their cancel scopes at once.
+   their cancel scopes at once. Then an outer cancel scope around 10,000
+   stalled consumers is cancelled: time until every consumer has left its
+   ``async with`` (so every call task ended); floor: bare consumers, each
+   holding its producer task in its own nursery, under one outer scope.
 """
 
 from __future__ import annotations
@@ -453,7 +456,39 @@ async def concurrency_runtime(calls: int) -> dict[str, Any]:
             gc.unfreeze()
             stall.requests.clear()
             stall.closed_at.clear()
+
+        # Phase C: the same stalled calls, stopped by an outer scope cancelling
+        # every consumer at once (their leaving goes through the stopper's waves).
+        gc.collect()
+        gc.freeze()
+        out["scope_cancel"] = await scope_cancel(rt, stall_options, calls)
+        gc.unfreeze()
     return out
+
+
+async def scope_cancel(
+    rt: llmrt.LlmRuntime, options: GenerateOptions, calls: int
+) -> dict[str, Any]:
+    """``calls`` stalled consumers in one cancel scope; cancel it; time until every one left.
+
+    A consumer leaves ``async with`` only once its call task ended, so the
+    outer nursery's exit is the last call's end.
+    """
+    state = Flight(calls)
+    ctl = AbortController()  # never aborted: the scope is what stops them
+    with trio.CancelScope() as outer:
+        async with trio.open_nursery() as nursery:
+            for _ in range(calls):
+                nursery.start_soon(stream_stall, rt, options, ctl, state)
+            await state.all_in_flight.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            with GcMeter() as gcm:
+                t0 = time.perf_counter()
+                outer.cancel()
+    exited = time.perf_counter() - t0
+    if state.started != calls:
+        raise SystemExit(f"{state.started} of {calls} consumers were in flight")
+    return {"cancel_to_nursery_exit_ms": exited * 1e3, "gc": gcm.summary()}
 
 
 async def abort_all(
@@ -590,6 +625,43 @@ async def cancel_all(calls: int, freeze_in_flight: bool) -> dict[str, Any]:
     }
 
 
+async def scope_cancel_floor(calls: int) -> dict[str, Any]:
+    """The floor of mass scope cancellation: bare consumers, each holding its producer.
+
+    Each consumer task opens a nursery with its producer (as a consumer's
+    ``async with`` holds its call task's life) and blocks in ``receive``
+    after one item; one outer scope around every consumer is cancelled.
+    """
+    state = Flight(calls)
+
+    async def producer(send: trio.MemorySendChannel[int]) -> None:
+        with send:
+            send.send_nowait(1)
+            await trio.sleep_forever()
+
+    async def consumer() -> None:
+        send, recv = trio.open_memory_channel[int](CHANNEL_SIZE)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer, send)
+            with recv:
+                await recv.receive()
+                state.first_chunk()
+                async for _ in recv:
+                    pass
+
+    with trio.CancelScope() as outer:
+        async with trio.open_nursery() as nursery:
+            for _ in range(calls):
+                nursery.start_soon(consumer)
+            await state.all_in_flight.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            with GcMeter() as gcm:
+                t0 = time.perf_counter()
+                outer.cancel()
+    exited = time.perf_counter() - t0
+    return {"cancel_to_nursery_exit_ms": exited * 1e3, "gc": gcm.summary()}
+
+
 async def concurrency_floor(calls: int) -> dict[str, Any]:
     """Floors for the concurrency section, with bare trio and no runtime.
 
@@ -623,6 +695,10 @@ async def concurrency_floor(calls: int) -> dict[str, Any]:
             out["rss_before_kib"] = result.pop("rss_before_kib")
             out["rss_all_in_flight_kib"] = result.pop("rss_all_in_flight_kib")
         out["cancel_all"]["gc-frozen" if freeze else "gc-default"] = result
+    gc.collect()
+    gc.freeze()
+    out["scope_cancel"] = await scope_cancel_floor(calls)
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
     counted = Flight(calls)
@@ -705,6 +781,13 @@ def print_report(report: dict[str, Any]) -> None:
              fa["cancel_all_to_last_resume_ms"]],
             [f"abort all stalled ({key}): of which GC ms", aa["gc"]["ms"], fa["gc"]["ms"]],
         ]  # fmt: skip
+    sc, fs = cc["runtime"]["scope_cancel"], fl["scope_cancel"]
+    rows += [
+        ["outer scope cancels every stalled consumer: -> all left ms",
+         sc["cancel_to_nursery_exit_ms"], fs["cancel_to_nursery_exit_ms"]],
+        ["outer scope cancels every stalled consumer: of which GC ms", sc["gc"]["ms"],
+         fs["gc"]["ms"]],
+    ]  # fmt: skip
     print(table(["what", "runtime", "floor"], rows))
     for case, r in cc.get("abort_all_vs_floor", {}).items():
         target = (
@@ -712,7 +795,8 @@ def print_report(report: dict[str, Any]) -> None:
             if "meets_target" in r
             else ""
         )
-        print(f"abort all ({case}) / floor: {r['ratio']:.2f}x{target}")
+        what = "outer scope cancel" if case == "scope-cancel" else f"abort all ({case})"
+        print(f"{what} / floor: {r['ratio']:.2f}x{target}")
     aa = cc["runtime"]["abort_all"]["demo"]
     print(
         f"target < {TARGET_KIB_PER_CALL:g} KiB/call: {verdict(demo['meets_target'])}; "
@@ -744,6 +828,13 @@ def concurrency_rounds(calls: int, rounds: int) -> dict[str, Any]:
         ms = [f["cancel_all"][case]["cancel_all_to_last_resume_ms"] for f in floors]
         entry["rounds_ms"] = ms
         entry["cancel_all_to_last_resume_ms"] = median(ms)
+    for phase in (floor, runtime):
+        ms = [
+            r["scope_cancel"]["cancel_to_nursery_exit_ms"]
+            for r in (floors if phase is floor else runtimes)
+        ]
+        phase["scope_cancel"]["rounds_ms"] = ms
+        phase["scope_cancel"]["cancel_to_nursery_exit_ms"] = median(ms)
     return {"calls": calls, "rounds": rounds, "floor": floor, "runtime": runtime}
 
 
@@ -759,6 +850,15 @@ def abort_all_ratios(concurrency: dict[str, Any]) -> dict[str, Any]:
     # The issue's figure is the streaming one; the stalled cases are its controls.
     out["demo"]["target_ratio"] = TARGET_ABORT_ALL_RATIO
     out["demo"]["meets_target"] = out["demo"]["ratio"] <= TARGET_ABORT_ALL_RATIO
+    # Issue 23: an outer scope cancelling every consumer, beside bare trio's.
+    ms = concurrency["runtime"]["scope_cancel"]["cancel_to_nursery_exit_ms"]
+    floor_ms = concurrency["floor"]["scope_cancel"]["cancel_to_nursery_exit_ms"]
+    ratio = ms / floor_ms
+    out["scope-cancel"] = {
+        "ratio": ratio,
+        "target_ratio": TARGET_ABORT_ALL_RATIO,
+        "meets_target": ratio <= TARGET_ABORT_ALL_RATIO,
+    }
     return out
 
 

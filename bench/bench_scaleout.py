@@ -129,8 +129,8 @@ def request(model: str = "bench") -> GenerateOptions:
 #
 # The per-series recording (what the metrics added to the global counters) is
 # `StatsCounters.series` and the two `CallSeries` methods the runtime calls;
-# switching them off leaves the runtime's own `call_started`/`call_ended`/
-# `call_worked` as they are, global counters included (no copy to drift). The
+# switching them off leaves the runtime's own `call_started`/`call_ended`
+# as they are, global counters included (no copy to drift). The
 # switched-off methods are still called: what the A/B prices is their work.
 
 _BARE_SERIES = StatsCounters().series("bench", "bench", routed=True)

@@ -6,6 +6,7 @@ import abc
 from collections.abc import AsyncIterator, Sequence
 
 from ._chunks import StreamChunk
+from ._deadlines import RuntimeServices
 from ._image_route import ImageRequestPolicy, ImageRequestPricing
 from ._redact import Redactor
 from ._request import GenerateOptions, ModelInfo, ProviderInfo, ResolvedModelInfo
@@ -108,6 +109,20 @@ class Adapter(abc.ABC):
         reproduces the route's own offload decision. Synchronous and without I/O.
         """
         return None
+
+    def attach_runtime(self, services: RuntimeServices) -> None:  # noqa: B027 - optional hook
+        """Receive the runtime's services while a registration holds this adapter.
+
+        Called by the registration once, before its first call: ``services``
+        carries a nursery for the adapter's background tasks and a running
+        `DeadlineHeap` for its timeouts (the HTTP adapters' transport watches
+        its read deadlines there). An adapter used without a runtime is never
+        attached and must work as well (it then keeps its own timers). Not a
+        checkpoint. Default: nothing to use.
+        """
+
+    def detach_runtime(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """The services end: called once, after the registration's last call and before `aclose`."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release the adapter's resources (HTTP clients, ...). Default: nothing to release."""

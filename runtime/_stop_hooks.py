@@ -10,18 +10,18 @@ before the task is even rescheduled: the provider sees its connection close
 at once. The adapter's own cleanup still runs afterwards, so a closer must
 be idempotent.
 
-The runtime finds the call by its task (a dict entry per running call task,
-no object per call): a context variable set per call cost each call a
-context mapping and a bound method for its whole life, which the collector
-scanned at 10,000 calls.
+The runtime finds the call through a context variable its call task sets
+in its own context, once, before the adapter runs (`enter_call`): no
+table of running calls anywhere, and nothing to remove when the task ends,
+since its context ends with it. A task the adapter starts from inside its
+stream inherits the variable, so a closer registered there is the call's too.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import Protocol
-
-import trio
 
 __all__ = ["close_on_stop"]
 
@@ -30,8 +30,8 @@ class _Stoppable(Protocol):
     def _close_on_stop(self, close: Callable[[], None]) -> None: ...
 
 
-#: The runtime's running call tasks: task -> its call.
-_CALLS: dict[trio.lowlevel.Task, _Stoppable] = {}
+#: The call the current task runs: set by the runtime in each call task's own context.
+CURRENT_CALL: contextvars.ContextVar[_Stoppable] = contextvars.ContextVar("llmrt_call")
 
 
 def close_on_stop(close: Callable[[], None]) -> None:
@@ -43,15 +43,11 @@ def close_on_stop(close: Callable[[], None]) -> None:
     the runtime (an adapter iterated directly) this does nothing: the
     adapter's own ``finally`` blocks are then the only cleanup, as always.
     """
-    call = _CALLS.get(trio.lowlevel.current_task())
+    call = CURRENT_CALL.get(None)
     if call is not None:
         call._close_on_stop(close)
 
 
-def enter_call(task: trio.lowlevel.Task, call: _Stoppable) -> None:
-    """The runtime's half: ``task`` runs ``call`` (until `exit_call`)."""
-    _CALLS[task] = call
-
-
-def exit_call(task: trio.lowlevel.Task) -> None:
-    _CALLS.pop(task, None)
+def enter_call(call: _Stoppable) -> None:
+    """The runtime's half, in the call task: this task (and what it starts) runs ``call``."""
+    CURRENT_CALL.set(call)

@@ -7,12 +7,16 @@ describes its models (`ModelContext`, `ModelModality`, `ModelReasoningInfo`,
 (`ConfigurableProvider`, `ModelDiscoveryRequest`, `DiscoveredModel`). An
 adapter that holds a secret returns a `Redactor` for it (`REDACTED`,
 `looks_like_secret`), names itself on every request (`attribution_headers`,
-`app_identity`, `AppIdentity`), and may register a close to run at the stop
-(`close_on_stop`). Request features and block-type checks are in
-`llmrt.vocabulary`, images in `llmrt.images`.
+`app_identity`, `AppIdentity`), may register a close to run at the stop
+(`close_on_stop`), and receives the runtime's services while registered
+(`RuntimeServices`: a nursery, a `DeadlineHeap`; `Adapter.attach_runtime`).
+Request features and block-type checks are in `llmrt.vocabulary`, images
+in `llmrt.images`.
 """
 
 from ._adapter import Adapter as Adapter
+from ._deadlines import DeadlineHeap as DeadlineHeap
+from ._deadlines import RuntimeServices as RuntimeServices
 from ._identity import AppIdentity as AppIdentity
 from ._identity import app_identity as app_identity
 from ._identity import attribution_headers as attribution_headers
@@ -34,6 +38,7 @@ __all__ = [
     "Adapter",
     "AppIdentity",
     "ConfigurableProvider",
+    "DeadlineHeap",
     "DiscoveredModel",
     "ModelContext",
     "ModelDiscoveryRequest",
@@ -42,6 +47,7 @@ __all__ = [
     "ProviderInfo",
     "ReasoningEffortInfo",
     "Redactor",
+    "RuntimeServices",
     "app_identity",
     "attribution_headers",
     "close_on_stop",

@@ -141,8 +141,10 @@ async def test_an_aborted_http_stream_is_closed_before_the_call_task_runs() -> N
 
 
 async def test_no_call_is_left_registered_once_calls_end() -> None:
-    from llmrt._stop_hooks import _CALLS
+    """The call is found through its own task's context: nothing outlives the call task."""
+    from llmrt._stop_hooks import CURRENT_CALL
 
+    stray: list[int] = []
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], Holding(finish=True))
         async with rt.stream(_options()) as call:
@@ -154,6 +156,59 @@ async def test_no_call_is_left_registered_once_calls_end() -> None:
         ) as call:
             async for chunk in call:
                 if type(chunk) is TextDelta:
-                    assert len(_CALLS) == 1  # the stalled call's task, while it runs
+                    assert len(call._closers or ()) == 1  # the stalled call's closer, while it runs
                     call.abort()
-    assert _CALLS == {}
+        # Outside any call task nothing is registered: a closer here is never kept.
+        close_on_stop(lambda: stray.append(1))
+    assert CURRENT_CALL.get(None) is None
+    assert call._closers is None
+    assert stray == []
+
+
+@pytest.mark.parametrize("how", ["abort", "leave"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["native", "wrapped"])
+async def test_a_stopped_http_read_ends_the_body_with_no_error_to_translate(
+    monkeypatch: pytest.MonkeyPatch, how: str, wrapped: bool
+) -> None:
+    """The read parked on the socket the stop closed ends the stream: nothing is translated."""
+    import httpx
+
+    from llmrt.adapters import _http
+    from llmrt.adapters._transport import TrioTransport
+    from llmrt.adapters.openai_chat import OpenAIChatAdapter
+
+    translated: list[BaseException] = []
+    real = _http.translate_http_error
+
+    def noting(exc: httpx.HTTPError, endpoint: str | None = None) -> llmrt.LlmError:
+        translated.append(exc)
+        return real(exc, endpoint)
+
+    monkeypatch.setattr(_http, "translate_http_error", noting)
+    script = SSEScript(events=openai_events(["a", "b", "c"]), stall_after=3)
+    async with open_upstream(script) as upstream, llmrt.open_runtime() as rt:
+        transport = httpx.AsyncHTTPTransport() if wrapped else TrioTransport()
+        adapter = OpenAIChatAdapter(
+            base_url=upstream.base_url,
+            api_key_env="K",
+            environ={"K": "sk-close-0000"},
+            transport=transport,
+        )
+
+        await rt.register_adapter(["p"], adapter)
+        with trio.fail_after(10):
+            async with rt.stream(_options()) as call:
+                async for chunk in call:
+                    if type(chunk) is TextDelta:
+                        if how == "abort":
+                            call.abort()
+                        else:
+                            break
+                    last = chunk
+            if how == "abort":
+                assert isinstance(last, Finish) and isinstance(last.reason, FinishAborted)
+            if not wrapped:
+                await upstream.wait_all_closed()
+                assert upstream.connections[0].closed_by == "client"
+        await adapter.aclose()
+    assert translated == []

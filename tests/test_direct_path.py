@@ -1,9 +1,12 @@
-"""The adapters' direct path on `TrioTransport` against httpx's own path, over loopback.
+"""The native exchange (`TrioTransport`) against a wrapped httpx transport, over loopback.
 
-`stream_events` skips httpx's request/response objects on the default
-transport. A subclass of `TrioTransport` goes through ``client.send`` like
-any other transport, so the two paths can be compared on one upstream: the
-request the upstream receives, the chunks, and the errors must be the same.
+`stream_events` goes through one interface (`Exchanger.exchange`):
+`TrioTransport` speaks it natively, skipping httpx's request/response
+objects; any other httpx transport is wrapped (`HttpxExchange`) and gets
+an ``httpx.Request``. A foreign transport that hands requests to a
+`TrioTransport` through httpx's public transport API compares the two on
+one upstream: the request the upstream receives, the chunks, and the errors
+must be the same.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import trio
 
 import llmrt
 from llmrt import Finish, FinishError, GenerateOptions, StreamChunk
-from llmrt.adapters import _http
+from llmrt.adapters._exchange import MAX_ROUTES, Upstream
+from llmrt.adapters._http import make_client
 from llmrt.adapters._transport import TrioTransport
 from llmrt.adapters.anthropic import AnthropicAdapter
 from llmrt.adapters.gemini import GeminiAdapter
@@ -26,11 +30,20 @@ pytestmark = pytest.mark.timeout(30)
 KEY = "sk-direct-path-0123456789"
 
 
-class ThroughClient(TrioTransport):
-    """The same transport, but not exactly `TrioTransport`: httpx's ``client.send`` path."""
+class ThroughClient(httpx.AsyncBaseTransport):
+    """A foreign httpx transport (wrapped by `HttpxExchange`) over a `TrioTransport`."""
+
+    def __init__(self) -> None:
+        self.inner = TrioTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
-def _adapter(kind: str, base_url: str, transport: TrioTransport) -> llmrt.Adapter:
+def _adapter(kind: str, base_url: str, transport: httpx.AsyncBaseTransport) -> llmrt.Adapter:
     env = {"K": KEY}
     if kind == "openai":
         return OpenAIChatAdapter(
@@ -44,7 +57,7 @@ def _adapter(kind: str, base_url: str, transport: TrioTransport) -> llmrt.Adapte
 
 
 async def _run(
-    kind: str, script: object, transport: TrioTransport
+    kind: str, script: object, transport: httpx.AsyncBaseTransport
 ) -> tuple[list[StreamChunk], object]:
     async with open_upstream(script) as upstream:  # type: ignore[arg-type]
         adapter = _adapter(kind, upstream.base_url, transport)
@@ -104,20 +117,25 @@ async def test_error_answers_are_classified_alike_on_both_paths(script: ErrorScr
     assert KEY not in finish.reason.failure.message
 
 
+def _upstream() -> Upstream:
+    return make_client("http://127.0.0.1:9/v1", transport=TrioTransport())
+
+
 async def test_a_header_with_a_line_break_is_refused_before_any_io() -> None:
-    route = _http._Route((b"http", "127.0.0.1", 1), b"POST / HTTP/1.1\r\nHost: x", {})
-    with pytest.raises(llmrt.LlmError) as caught:
-        _http._direct_head(route, {"X-Evil": "a\r\nInjected: 1"}, 0)
-    assert caught.value.code == "INVALID_REQUEST"
-    assert _http._direct_head(route, {"X-Fine": "a"}, 2).endswith(b"Content-Length: 2\r\n\r\n")
+    async with _upstream() as upstream:
+        with pytest.raises(llmrt.LlmError) as caught:
+            upstream.request(b"POST", "/", {"X-Evil": "a\r\nInjected: 1"}, 0)
+        assert caught.value.code == "INVALID_REQUEST"
+        fine = upstream.request(b"POST", "/", {"X-Fine": "a"}, 2)
+        assert fine.head.endswith(b"Content-Length: 2\r\n\r\n")
 
 
 async def test_the_route_cache_is_bounded_per_client() -> None:
-    async with httpx.AsyncClient(base_url="http://127.0.0.1:9/v1", transport=TrioTransport()) as c:
-        for i in range(_http._MAX_ROUTES + 10):
-            _http._route(c, f"/models/m{i}:stream", ("Authorization",))
-        assert len(_http._ROUTES[c]) <= _http._MAX_ROUTES
-        route = _http._route(c, "/chat/completions", ("Accept",))
+    async with _upstream() as c:
+        for i in range(MAX_ROUTES + 10):
+            c.route(b"POST", f"/models/m{i}:stream", ("Authorization",))
+        assert c.route_count <= MAX_ROUTES
+        route = c.route(b"POST", "/chat/completions", ("Accept",))
         assert route.prefix.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:9")
         assert b"\r\nAccept:" not in route.prefix  # the request's own Accept replaces the client's
     await trio.lowlevel.checkpoint()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import pytest
 import trio
 import trio.testing
 
@@ -86,3 +87,75 @@ async def test_a_slow_consumer_holds_a_bounded_amount_of_text() -> None:
             second = await call.__anext__()
             assert type(second) is TextDelta
             call.abort()
+
+
+# ---- the trio channel interface ------------------------------------------------------------
+
+
+def test_the_mailbox_is_a_trio_send_and_receive_channel() -> None:
+    box = Mailbox(4)
+    assert isinstance(box, trio.abc.SendChannel)
+    assert isinstance(box, trio.abc.ReceiveChannel)
+    assert isinstance(box, trio.abc.Channel)
+    assert not hasattr(box, "__dict__")  # the ABCs keep it a slotted object
+
+
+async def test_send_and_receive_behave_as_a_memory_channels() -> None:
+    box = Mailbox(2)
+    got: list[int] = []
+
+    async def consume() -> None:
+        async for item in box:  # ReceiveChannel's iteration: ends at EndOfChannel
+            got.append(item)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            for n in range(10):
+                await box.send(n)  # waits while the box holds two
+            box.close()
+    assert got == list(range(10))
+    with pytest.raises(trio.EndOfChannel):
+        box.receive_nowait()
+    with pytest.raises(trio.ClosedResourceError):
+        box.send_nowait(11)
+
+
+async def test_nowait_calls_raise_would_block_and_a_gone_consumer_breaks_sends() -> None:
+    box = Mailbox(1)
+    with pytest.raises(trio.WouldBlock):
+        box.receive_nowait()
+    box.send_nowait("a")
+    with pytest.raises(trio.WouldBlock):
+        box.send_nowait("b")
+    assert box.receive_nowait() == "a"
+    box.leave()
+    with pytest.raises(trio.BrokenResourceError):
+        box.send_nowait("c")
+    with pytest.raises(trio.BrokenResourceError):
+        await box.send("c")
+    with pytest.raises(trio.ClosedResourceError):
+        await box.receive()
+
+
+async def test_a_parked_receive_is_cancellable_and_woken_by_close() -> None:
+    box = Mailbox(1)
+    with trio.move_on_after(0.01) as scope:
+        await box.receive()
+    assert scope.cancelled_caught
+    ended: list[bool] = []
+
+    async def wait_end() -> None:
+        try:
+            await box.receive()
+        except trio.EndOfChannel:
+            ended.append(True)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_end)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(trio.BusyResourceError):
+                await box.receive()
+            await box.aclose()
+    assert ended == [True]

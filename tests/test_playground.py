@@ -335,6 +335,15 @@ class Page:
     def el(self, testid: str) -> Any:
         return self.d.find_element(By.CSS_SELECTOR, f"[data-testid='{testid}']")
 
+    def option_values(self, testid: str) -> list[str]:
+        """The values of a select's options, read in one script (the page may rebuild them)."""
+        found = self.js(
+            "const el = document.querySelector(`[data-testid='${arguments[0]}']`);"
+            "return el === null ? [] : Array.from(el.options, (o) => o.value);",
+            testid,
+        )
+        return [str(value) for value in found]
+
     def wait_text(self, testid: str, needle: str, timeout: float = WAIT) -> str:
         self.wait(
             lambda: needle in self.text(testid),
@@ -642,17 +651,6 @@ def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
         assert_no_console_errors(page, allowed_network=(gw.ws_url, gw.http_url))
 
 
-def provider_values(page: Page) -> list[str]:
-    """The provider list's values, read in one script: the page rebuilds the list on
-    providers-changed, so elements found one call earlier may be gone by the next."""
-    values = page.d.execute_script(
-        "return Array.from(document.querySelector(\"[data-testid='provider']\").options,"
-        " o => o.value)"
-    )
-    assert isinstance(values, list)
-    return [str(v) for v in values]
-
-
 def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) -> None:
     with running(tmp_path) as gw:
         page.open(page_url(gw))
@@ -662,7 +660,7 @@ def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) 
         gw.config.write_text(CONFIG + '[[provider]]\nroute = "added-demo"\nadapter = "demo"\n')
         gw.proc.send_signal(signal.SIGHUP)  # the gateway sends providers-changed
         page.wait(
-            lambda: "added-demo" in provider_values(page),
+            lambda: "added-demo" in page.option_values("provider"),
             message="the new route never appeared in the list",
         )
         # The list was asked again, and the choice made before survived it.
@@ -674,7 +672,7 @@ def test_the_provider_list_follows_a_reload(tmp_path: pathlib.Path, page: Page) 
         gw.config.write_text(CONFIG)
         gw.proc.send_signal(signal.SIGHUP)
         page.wait(
-            lambda: "added-demo" not in provider_values(page),
+            lambda: "added-demo" not in page.option_values("provider"),
             message="the removed route stayed in the list",
         )
         assert_no_console_errors(page)

@@ -7,7 +7,6 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 from conftest import make_options
@@ -196,14 +195,10 @@ async def test_stuck_calls_only_delay_later_stops_by_a_pass(
     assert ended_at[0] < stuck_for
 
 
-async def test_stops_when_no_task_can_be_spawned_are_all_cancelled_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def closed(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("the system nursery is closed")
-
-    monkeypatch.setattr(trio.lowlevel, "spawn_system_task", closed)
-    stopper = Stopper()
+async def test_stops_when_no_task_can_be_spawned_are_all_cancelled_at_once() -> None:
+    async with trio.open_nursery() as closed:
+        pass  # the runtime's nursery, once its owner left it: nothing can start in it
+    stopper = Stopper(closed)
     scopes = [trio.CancelScope() for _ in range(WAVE + 3)]
     for scope in scopes:
         stopper.stop(scope)
@@ -229,3 +224,52 @@ async def test_aborting_a_call_never_entered_leaves_the_count_alone(
             chunks = [c async for c in call]
     assert stopper.running == 0
     assert chunks[-1].reason.failure.message == "entered first"  # type: ignore[union-attr]
+
+
+async def test_the_wave_task_runs_in_the_runtimes_nursery_not_as_a_system_task() -> None:
+    ctl = llmrt.AbortController()
+    results: list[list[StreamChunk]] = []
+    calls: list[llmrt.Call] = []
+    with trio.fail_after(30):
+        async with llmrt.open_runtime() as rt:
+            await rt.register_adapter(["p"], ScriptedAdapter(STALL_AFTER_ONE))
+            async with trio.open_nursery() as nursery:
+                await start_stalled(rt, 2 * WAVE, ctl.signal, nursery, results, calls)
+                ctl.abort()
+                waves = [
+                    task
+                    for task in rt._core.nursery.child_tasks
+                    if task.name == "llmrt.calls.stopper"
+                ]
+                assert len(waves) == 1  # held by the runtime's nursery, which waits for it
+    assert len(results) == 2 * WAVE
+
+
+async def test_an_outer_scope_cancelling_many_consumers_stops_their_calls_in_waves() -> None:
+    n = 3 * WAVE + 5
+    never = llmrt.AbortController()  # not aborted: the outer scope is what stops them
+    results: list[list[StreamChunk]] = []
+    calls: list[llmrt.Call] = []
+    with trio.fail_after(30):
+        async with llmrt.open_runtime() as rt:
+            adapter = ScriptedAdapter(STALL_AFTER_ONE)
+            await rt.register_adapter(["p"], adapter)
+            stopper = stopper_of(rt)
+            passes = Passes(stopper)
+            with trio.CancelScope() as outer:
+                async with trio.open_nursery() as nursery:
+                    await start_stalled(rt, n, never.signal, nursery, results, calls)
+                    assert adapter.open_streams == n
+                    trio.lowlevel.add_instrument(passes)
+                    outer.cancel()
+            trio.lowlevel.remove_instrument(passes)
+            # Every consumer left only once its call task ended.
+            assert adapter.open_streams == 0
+            assert stopper.queued == 0
+            assert stopper.running == 0
+            assert all(call.stopped_by is None for call in calls)  # left, not aborted
+    assert results == []  # each consumer was cancelled inside its iteration
+    # The leaving consumers' stops queued past one wave and drained a wave per pass.
+    assert max(passes.queued) > 0, passes.queued
+    assert all(a - b <= WAVE for a, b in itertools.pairwise(passes.queued)), passes.queued
+    assert passes.queued[-1] == 0

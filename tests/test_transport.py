@@ -14,7 +14,16 @@ import trio
 import trio.testing
 
 import llmrt
-from llmrt import Finish, FinishAborted, FinishStop, GenerateOptions, TextDelta
+from llmrt import (
+    ErrorCode,
+    Finish,
+    FinishAborted,
+    FinishError,
+    FinishStop,
+    GenerateOptions,
+    TextDelta,
+)
+from llmrt.adapter import RuntimeServices
 from llmrt.adapters._h11lite import ChunkedDecoder, parse_response_head, request_head
 from llmrt.adapters._transport import TrioTransport
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
@@ -410,14 +419,44 @@ async def test_an_abort_closes_the_upstream_connection() -> None:
     assert record.closed_by == "client"
 
 
-def _read_deadline_tasks() -> int:
+def _llmrt_system_tasks() -> int:
+    """llmrt's tasks in trio's system nursery (none: every task runs where its owner holds it)."""
     root = trio.lowlevel.current_root_task()
     return sum(
         1
         for nursery in root.child_nurseries
         for task in nursery.child_tasks
-        if task.name == "llmrt.transport.read_deadlines"
+        if "llmrt" in task.name or "deadline" in task.name.lower()
     )
+
+
+@asynccontextmanager
+async def services_for(transport: TrioTransport) -> AsyncIterator[RuntimeServices]:
+    """Runtime services in a nursery the test holds, attached to ``transport``."""
+    async with trio.open_nursery() as nursery:
+        services = await RuntimeServices.start(nursery)
+        transport.attach_runtime(services)
+        try:
+            yield services
+        finally:
+            transport.detach_runtime()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_read_timeout_closes_the_connection_on_the_runtime_heap(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.02
+    stalled = SSEScript(events=openai_events(["a", "b"]), stall_after=1)
+    transport = TrioTransport()
+    async with open_upstream(stalled) as upstream, services_for(transport) as services:
+        async with httpx.AsyncClient(base_url=upstream.base_url, transport=transport) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(CHAT, content=b"{}", timeout=httpx.Timeout(5.0, read=3.0))
+            with trio.fail_after(5):
+                record = await upstream.wait_connection_closed(0)
+        assert len(services.deadlines) == 0  # the fired entry left the heap
+    assert record.closed_by == "client"
 
 
 async def test_the_read_timeout_bounds_each_wait_not_the_whole_body(
@@ -434,20 +473,60 @@ async def test_the_read_timeout_bounds_each_wait_not_the_whole_body(
         assert trio.current_time() >= 8.0
 
 
-async def test_the_read_deadline_watchdog_ends_when_nothing_is_left_to_watch(
+async def test_the_read_deadline_heap_lets_go_when_nothing_is_left_to_watch(
     mock_clock: trio.testing.MockClock,
 ) -> None:
     mock_clock.autojump_threshold = 0.02
     paced = SSEScript(events=openai_events(["a"]), delay=1.0)
-    async with open_upstream(paced) as upstream, client_for(upstream) as client:
+    transport = TrioTransport()
+    async with open_upstream(paced) as upstream, services_for(transport) as services:
+        client = httpx.AsyncClient(base_url=upstream.base_url, transport=transport)
         timeout = httpx.Timeout(5.0, read=3.0)
         async with client.stream("POST", CHAT, content=b"{}", timeout=timeout) as response:
             async for _ in response.aiter_raw():
-                assert _read_deadline_tasks() == 1  # one per run, watching this read
+                assert len(services.deadlines) == 1  # one entry for the connection's reads
         # The connection went back to the pool; past its last deadline nothing is watched.
         await trio.sleep(4.0)
         await trio.testing.wait_all_tasks_blocked()
-        assert _read_deadline_tasks() == 0
+        assert len(services.deadlines) == 0
+        # The heap runs in the nursery its owner holds, not as a system task.
+        assert _llmrt_system_tasks() == 0
+        assert [t.name for t in services.nursery.child_tasks] == [
+            "llmrt._deadlines.DeadlineHeap.run"
+        ]
         # A later request on the pooled connection is served as before.
         again = await client.post(CHAT, content=b"{}", timeout=timeout)
         assert again.status_code == 200
+        await client.aclose()
+
+
+async def test_in_a_runtime_the_transport_and_the_watchdog_share_one_heap(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.02
+    stalled = SSEScript(events=openai_events(["a", "b"]), stall_after=1)
+    async with open_upstream(stalled) as upstream:
+        async with llmrt.open_runtime(stream_idle_timeout=60.0) as rt:
+            transport = TrioTransport()
+            served = OpenAIChatAdapter(
+                base_url=upstream.base_url,
+                api_key_env="K",
+                environ={"K": "sk-test-123"},
+                transport=transport,
+                timeout=httpx.Timeout(5.0, read=3.0),
+            )
+            await rt.register_adapter(["p"], served)
+            watchdog = rt._core.watchdog
+            assert transport._deadlines is watchdog  # lent by the registration, not its own
+            async with rt.stream(options()) as call:
+                chunks = [chunk async for chunk in call]
+            last = chunks[-1]
+            # The read deadline fired on the watchdog's heap; the watchdog itself did not.
+            assert isinstance(last, Finish) and isinstance(last.reason, FinishError)
+            assert last.reason.failure.code == ErrorCode.TIMEOUT
+            assert watchdog.firings == 0
+            assert trio.current_time() < 60.0
+            with trio.fail_after(5):
+                record = await upstream.wait_connection_closed(0)
+    assert record.closed_by == "client"
+    assert transport._deadlines is None  # the registration took its services back

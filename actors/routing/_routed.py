@@ -196,7 +196,7 @@ class RoutedCall:
             return
         self._cause = Finish(reason=FinishAborted(failure=LlmFailure(message=message, code=code)))
         if self._call is not None:
-            self._call.abort_with(code, message)
+            self._call._abort_with(code, message)
         if self._wait is not None:
             self._wait.cancel()
 
@@ -303,7 +303,7 @@ class RoutedCall:
             if missed:
                 timeout = self._plan.spec.first_chunk_timeout
                 message = f"no chunk within the group's first_chunk_timeout ({timeout:g} s)"
-                call.abort_with(ErrorCode.TIMEOUT, message)
+                call._abort_with(ErrorCode.TIMEOUT, message)
                 await self._move_on(_failure(ErrorCode.TIMEOUT, message), FAILED)
                 continue
             cls = type(chunk)
