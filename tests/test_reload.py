@@ -206,3 +206,15 @@ async def test_unchanged_routes_keep_their_registration(tmp_path: Path) -> None:
                 result = await served.reload()
                 assert result.ok and result.restart_needed == ("gateway",)
                 assert "needs a restart to apply: [gateway]" in describe_reload(result)
+                # The front door's aliases and the call log's writer are taken at start too.
+                path.write_text(
+                    "# moved\n\n"
+                    + _entry("main", up.base_url)
+                    + "[gateway]\nidle_timeout = 5\n"
+                    + '[aliases]\n"m" = "main/m"\n'
+                    + '[call_log]\ndirectory = "calls"\n'
+                )
+                result = await served.reload()
+                assert result.ok
+                assert result.restart_needed == ("call_log", "aliases")
+                assert served.registration("main") is kept
