@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import trio
@@ -13,17 +14,23 @@ __all__ = ["AbortController", "AbortSignal"]
 log = logging.getLogger("llmrt.actors")
 
 
-@attrs.define(eq=False)
-class AbortSignal:
-    """Read side of an `AbortController`; pass it as ``signal=`` to `LlmRuntime.stream`.
+class _Event(Protocol):
+    def set(self) -> None: ...
+    async def wait(self) -> object: ...
 
-    One signal may be shared by many calls: aborting it aborts all of them.
+
+@attrs.define(eq=False)
+class SignalBase:
+    """An abort signal's state and listeners, whatever event library its waiters use.
+
+    `AbortSignal` (trio) and `llmrt.aio.AbortSignal` (asyncio) differ only in
+    `_new_event`.
     """
 
     _reason: str | None = attrs.field(default=None, init=False)
     _aborted: bool = attrs.field(default=False, init=False)
     _listeners: dict[int, Callable[[str | None], None]] = attrs.field(factory=dict, init=False)
-    _event: trio.Event | None = attrs.field(default=None, init=False)
+    _event: _Event | None = attrs.field(default=None, init=False)
     _next_key: int = attrs.field(default=0, init=False)
 
     @property
@@ -34,10 +41,13 @@ class AbortSignal:
     def reason(self) -> str | None:
         return self._reason
 
+    def _new_event(self) -> _Event:
+        raise NotImplementedError
+
     async def wait(self) -> None:
-        """Block until the signal is aborted. A checkpoint."""
+        """Wait until the signal is aborted."""
         if self._event is None:
-            self._event = trio.Event()
+            self._event = self._new_event()
             if self._aborted:
                 self._event.set()
         await self._event.wait()
@@ -64,6 +74,18 @@ class AbortSignal:
                 listener(reason)
             except Exception:  # one failing listener must not spare the others
                 log.exception("an abort listener failed")
+
+
+@attrs.define(eq=False)
+class AbortSignal(SignalBase):
+    """Read side of an `AbortController`; pass it as ``signal=`` to `LlmRuntime.stream`.
+
+    One signal may be shared by many calls: aborting it aborts all of them.
+    `wait` blocks until the signal is aborted (a checkpoint).
+    """
+
+    def _new_event(self) -> trio.Event:
+        return trio.Event()
 
 
 @attrs.define(eq=False)

@@ -11,7 +11,15 @@ callables and routing strategies are trio code: they run in the trio run.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -198,25 +206,20 @@ class PreparedCall:
         self, options: GenerateOptions, *, signal: AbortSignal | None = None
     ) -> Call[StreamChunk]:
         """As `llmrt.PreparedCall.stream` (``INVALID_PREPARED_CALL`` on a second use)."""
-        runtime = self._runtime
-        theirs, forget = trio_signal(runtime._host, signal)
-        try:
-            source = self._prepared.stream(options, signal=theirs)
-        except BaseException:
-            forget()
-            raise
-        return runtime._call(source, options, STREAM_FORM, forget)
+        return self._runtime._open(
+            lambda theirs: self._prepared.stream(options, signal=theirs),
+            options,
+            STREAM_FORM,
+            signal,
+        )
 
     async def complete(
         self, options: GenerateOptions, *, signal: AbortSignal | None = None
     ) -> Completion:
         """As `llmrt.PreparedCall.complete`."""
-        host = self._runtime._host
-        theirs, forget = trio_signal(host, signal)
-        try:
-            return await host.run(lambda: self._prepared.complete(options, signal=theirs))
-        finally:
-            forget()
+        return await self._runtime._complete(
+            lambda theirs: self._prepared.complete(options, signal=theirs), signal
+        )
 
 
 @attrs.define(eq=False)
@@ -239,6 +242,34 @@ class Runtime:
             self._host, source, options, form=form, limit=self._channel_size, forget=forget
         )
 
+    def _open(
+        self,
+        start: Callable[[trio_abort.AbortSignal | None], Any],
+        options: GenerateOptions,
+        form: str,
+        signal: AbortSignal | None,
+    ) -> Call[Any]:
+        """A call whose trio source ``start`` opens with ``signal``'s trio twin."""
+        theirs, forget = trio_signal(self._host, signal)
+        try:
+            source = start(theirs)
+        except BaseException:
+            forget()
+            raise
+        return self._call(source, options, form, forget)
+
+    async def _complete(
+        self,
+        run: Callable[[trio_abort.AbortSignal | None], Awaitable[Completion]],
+        signal: AbortSignal | None,
+    ) -> Completion:
+        """``run`` in the trio run with ``signal``'s trio twin, for its completion."""
+        theirs, forget = trio_signal(self._host, signal)
+        try:
+            return await self._host.run(lambda: run(theirs))
+        finally:
+            forget()
+
     # ---- calls ---------------------------------------------------------------------------
 
     def stream(
@@ -251,13 +282,9 @@ class Runtime:
         Leaving the block early, cancelling the task or ``asyncio.timeout``
         aborts the call; ``__aexit__`` returns once its upstream is closed.
         """
-        theirs, forget = trio_signal(self._host, signal)
-        try:
-            source = self._rt.stream(options, signal=theirs)
-        except BaseException:
-            forget()
-            raise
-        return self._call(source, options, STREAM_FORM, forget)
+        return self._open(
+            lambda theirs: self._rt.stream(options, signal=theirs), options, STREAM_FORM, signal
+        )
 
     def stream_with_retry(
         self,
@@ -270,30 +297,27 @@ class Runtime:
         rng: random.Random | None = None,
     ) -> Call[RetryEvent]:
         """``async with rt.stream_with_retry(options) as call: async for event in call``."""
-        theirs, forget = trio_signal(self._host, signal)
-        try:
-            source = self._rt.stream_with_retry(
+        return self._open(
+            lambda theirs: self._rt.stream_with_retry(
                 options,
                 policy=policy,
                 signal=theirs,
                 retry_after_output=retry_after_output,
                 max_retry_after_ms=max_retry_after_ms,
                 rng=rng,
-            )
-        except BaseException:
-            forget()
-            raise
-        return self._call(source, options, RETRY_FORM, forget)
+            ),
+            options,
+            RETRY_FORM,
+            signal,
+        )
 
     async def complete(
         self, options: GenerateOptions, *, signal: AbortSignal | None = None
     ) -> Completion:
         """One call, not streamed (see `llmrt.LlmRuntime.complete`). Raises `LlmError`."""
-        theirs, forget = trio_signal(self._host, signal)
-        try:
-            return await self._host.run(lambda: self._rt.complete(options, signal=theirs))
-        finally:
-            forget()
+        return await self._complete(
+            lambda theirs: self._rt.complete(options, signal=theirs), signal
+        )
 
     async def complete_with_retry(
         self,
@@ -306,20 +330,17 @@ class Runtime:
         rng: random.Random | None = None,
     ) -> Completion:
         """`complete` over the attempts `stream_with_retry` makes."""
-        theirs, forget = trio_signal(self._host, signal)
-        try:
-            return await self._host.run(
-                lambda: self._rt.complete_with_retry(
-                    options,
-                    policy=policy,
-                    signal=theirs,
-                    retry_after_output=retry_after_output,
-                    max_retry_after_ms=max_retry_after_ms,
-                    rng=rng,
-                )
-            )
-        finally:
-            forget()
+        return await self._complete(
+            lambda theirs: self._rt.complete_with_retry(
+                options,
+                policy=policy,
+                signal=theirs,
+                retry_after_output=retry_after_output,
+                max_retry_after_ms=max_retry_after_ms,
+                rng=rng,
+            ),
+            signal,
+        )
 
     async def prepare_call(self, config: LlmCallConfig) -> PreparedCall:
         """Resolve ``config`` and bind a one-shot call to the current registration."""
