@@ -506,7 +506,8 @@ class BinaryPartFrame(_Frame, frozen=True, tag="part"):
     more: bool = False
 
 
-ServerFrame = (
+# The frames both encodings carry; a `part` frame's kind depends on the encoding.
+_SERVER_WHOLE = (
     HelloFrame
     | ChunkFrame
     | ChunksFrame
@@ -515,29 +516,10 @@ ServerFrame = (
     | PongFrame
     | RetryFrame
     | ProvidersChangedFrame
-    | PartFrame
-    | BinaryPartFrame
 )
-_JSON_SERVER = (
-    HelloFrame
-    | ChunkFrame
-    | ChunksFrame
-    | ResultFrame
-    | ErrorFrame
-    | PongFrame
-    | RetryFrame
-    | ProvidersChangedFrame
-) | PartFrame
-_MSGPACK_SERVER = (
-    HelloFrame
-    | ChunkFrame
-    | ChunksFrame
-    | ResultFrame
-    | ErrorFrame
-    | PongFrame
-    | RetryFrame
-    | ProvidersChangedFrame
-) | BinaryPartFrame
+ServerFrame = _SERVER_WHOLE | PartFrame | BinaryPartFrame
+_JSON_SERVER = _SERVER_WHOLE | PartFrame
+_MSGPACK_SERVER = _SERVER_WHOLE | BinaryPartFrame
 
 
 # Encode-only twins of the chunk frames: the gateway encodes each chunk once,
