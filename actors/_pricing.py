@@ -283,18 +283,21 @@ def _library_cost(
     return _calculated_cost(provider, model, usage, when)
 
 
+#: The rates a plan holds, in its order (`_plan_of`).
+_PLAN_KEYS: Final = (
+    "input_mtok",
+    "output_mtok",
+    "cache_read_mtok",
+    "cache_write_mtok",
+    "output_reasoning_mtok",
+    "requests_kcount",
+)
 #: The price keys `_direct_cost` covers: llmrt's five token counts, the fee per
 #: request, and the keys of usage llmrt never reports (tool calls, the cache
 #: writes by time to live): their counts are 0, so they add nothing and take
 #: nothing from the counts they are part of.
-_DIRECT_KEYS: Final = frozenset(
+_DIRECT_KEYS: Final = frozenset(_PLAN_KEYS) | frozenset(
     {
-        "input_mtok",
-        "output_mtok",
-        "cache_read_mtok",
-        "cache_write_mtok",
-        "output_reasoning_mtok",
-        "requests_kcount",
         "cache_write_5m_mtok",
         "cache_write_1h_mtok",
         "web_searches_kcount",
@@ -325,14 +328,6 @@ def _plan_of(prices: Any) -> tuple[Any, ...] | None:
     return tuple(plan)
 
 
-_PLAN_KEYS: Final = (
-    "input_mtok",
-    "output_mtok",
-    "cache_read_mtok",
-    "cache_write_mtok",
-    "output_reasoning_mtok",
-    "requests_kcount",
-)
 #: Sums are whole units of 10^-18 dollars: a rate per million tokens times
 #: 10^12 times a count, or a rate per thousand requests times 10^15.
 _TOKEN_EXP: Final = 12
