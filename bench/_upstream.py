@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -257,3 +259,30 @@ async def serve(
                     sock = trio.socket.from_stdlib_socket(conn)
                     sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
                     nursery.start_soon(_handle, up, pacer, sock)
+
+
+async def _serve_until_stdin_closes(chunks: int, delay: float) -> None:
+    from llmrt.testing import openai_events
+
+    events = openai_events(["tok"] * chunks)
+    async with trio.open_nursery() as nursery:
+        up = await nursery.start(serve, events, events, delay, b"__warm__", lambda up, q: {})
+        print(up.port, flush=True)
+        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+        async with stdin:
+            while await stdin.receive_some(1024):
+                pass
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    """``python _upstream.py CHUNKS DELAY``: the upstream in a process of its own.
+
+    It prints its port on a line, then serves ``CHUNKS`` text deltas
+    ``DELAY`` seconds apart per stream until its standard input closes.
+    """
+    trio.run(_serve_until_stdin_closes, int(sys.argv[1]), float(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,23 +1,31 @@
 """The provider APIs' front door: ``llmrt serve``'s ``/v1/chat/completions`` beside LiteLLM proxy.
 
-Three targets stream the same OpenAI chat completion from the same local
+Four targets stream the same OpenAI chat completion from the same local
 upstreams, in one run, interleaved (each round rotates their order, so the
 machine's drift falls on all alike):
 
 * ``direct`` -- the client straight to the upstream (the baseline);
+* ``floor`` -- `_relay`, a raw trio byte relay in a process of its own (no
+  parsing, upstream connections opened ahead): what one more process in the
+  path costs before a gateway does any work, the floor for "added" figures;
 * ``llmrt`` -- ``llmrt serve`` (one process) with an ``openai_chat`` route
   per upstream, the client speaking Chat Completions to it;
 * ``litellm`` -- ``litellm --config`` (LiteLLM proxy, one worker) with one
   model per upstream, when the ``litellm[proxy]`` extra is installed
   (otherwise the report says so and compares llmrt with direct only).
 
-The client is the same raw trio HTTP/1.1 client for all three (one
+The client is the same raw trio HTTP/1.1 client for all of them (one
 connection per stream, ``Connection: close``), so client costs cancel out.
-Two upstreams run in this process: a fast one (`_upstream`, pre-framed
-events, ``chunks`` events ``delay`` apart) for the latency and throughput
-figures, and `llmrt.testing`'s (three events, then it holds the response
-open) for the disconnect figure, because it reads its sockets while it
-holds a response and so notes a client's close at once.
+Two upstreams serve them: a fast one (`_upstream`, pre-framed events,
+``chunks`` events ``delay`` apart) in a process of its own, for the latency
+and throughput figures, and `llmrt.testing`'s (three events, then it holds
+the response open) in this process, for the disconnect figure, because it
+reads its sockets while it holds a response and so notes a client's close
+at once. The fast upstream has its own process because in a deployment the
+client and the provider never share one: sharing the client's event loop
+would spare ``direct`` the cross-process wake-ups (about 0.1-0.2 ms each on
+this machine) that every request through a gateway pays, and charge them
+all to the gateway as "added" time.
 
 Measured:
 
@@ -48,7 +56,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import _upstream
+import attrs
 import trio
 from _common import environment, percentiles, sized, table, write_json
 
@@ -133,6 +141,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@attrs.define
+class FastUpstream:
+    proc: subprocess.Popen[bytes]
+    port: int
+
+
+def start_upstream(chunks: int, delay: float) -> FastUpstream:
+    """`_upstream` in a process of its own: client and upstream then cross a process
+    boundary, as they do in a deployment, for ``direct`` as for the gateways."""
+    command = [sys.executable, str(Path(__file__).with_name("_upstream.py")), str(chunks)]
+    proc = subprocess.Popen([*command, str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    return FastUpstream(proc, int(proc.stdout.readline()))
+
+
+def start_relay(upstream: int) -> FastUpstream:
+    """`_relay` (the raw-trio floor: a byte relay, one process hop) in front of ``upstream``."""
+    command = [sys.executable, str(Path(__file__).with_name("_relay.py")), str(upstream)]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    return FastUpstream(proc, int(proc.stdout.readline()))
 
 
 def start_llmrt(directory: Path, fast: int, slow: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -330,23 +361,21 @@ async def disconnects(targets: list[Target], slow: Upstream, n: int) -> dict[str
     return out
 
 
-def added(samples: dict[str, list[float]], name: str) -> dict[str, float]:
-    mine, base = percentiles(samples[name], (50, 99)), percentiles(samples["direct"], (50, 99))
+def added(samples: dict[str, list[float]], name: str, over: str = "direct") -> dict[str, float]:
+    mine, base = percentiles(samples[name], (50, 99)), percentiles(samples[over], (50, 99))
     return {"p50": mine["p50"] - base["p50"], "p99": mine["p99"] - base["p99"]}
 
 
 async def run(sizes: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
-    events = openai_events(["tok"] * sizes["chunks"])
     stall = SSEScript(events=openai_events(["tok", "tok", "tok", "end"]), stall_after=3)
     procs: list[subprocess.Popen[bytes]] = []
     directory = Path(tempfile.mkdtemp(prefix="bench-frontdoor-"))
     report: dict[str, Any] = {"sizes": sizes, "environment": environment()}
     try:
         async with trio.open_nursery() as nursery, open_upstream(stall) as slow:
-            fast = await nursery.start(
-                _upstream.serve, events, events, sizes["delay"], b"__warm__", lambda up, q: {}
-            )
+            fast = start_upstream(sizes["chunks"], sizes["delay"])
+            procs.append(fast.proc)
             proc, port = start_llmrt(directory, fast.port, slow.port)
             procs.append(proc)
             targets = [
@@ -354,6 +383,9 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
                 Target("llmrt", port, "{route}/gpt-4.1-mini", proc.pid),
             ]
             await wait_http(port, "/readyz", STARTUP)
+            relay = start_relay(fast.port)
+            procs.append(relay.proc)
+            targets.append(Target("floor", relay.port, "gpt-4.1-mini", relay.proc.pid))
             missing = litellm_missing()
             if missing is None:
                 lproc, lport = start_litellm(directory, fast.port, slow.port)
@@ -366,9 +398,11 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
             else:
                 notes.append(missing)
             # The slow route's direct target is the stalling upstream itself.
+            # (The floor relays to the fast upstream only: it has no disconnect figure.)
             slow_targets = [
                 Target(t.name, slow.port if t.name == "direct" else t.port, t.model, t.pid)
                 for t in targets
+                if t.name != "floor"
             ]
             for target in targets:  # warm: imports, pools, first-call paths
                 for i in range(5):
@@ -379,6 +413,12 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
             }
             report["ttft_sequential_added_ms"] = {
                 t.name: added(seq, t.name) for t in targets if t.name != "direct"
+            }
+            # What a gateway adds past the floor's one process hop: its own work.
+            report["ttft_sequential_over_floor_ms"] = {
+                t.name: added(seq, t.name, "floor")
+                for t in targets
+                if t.name not in ("direct", "floor")
             }
             phases: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
             for r in range(sizes["rounds"]):
@@ -415,7 +455,7 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
             }
             ms = {name: v["ms"] for name, v in gone.items()}
             report["disconnect_added_ms"] = {
-                t.name: added(ms, t.name) for t in targets if t.name != "direct" and ms[t.name]
+                t.name: added(ms, t.name) for t in targets if t.name != "direct" and ms.get(t.name)
             }
             nursery.cancel_scope.cancel()
     finally:
@@ -488,6 +528,8 @@ def show(report: dict[str, Any]) -> None:
             rows,
         )
     )
+    for name, over in report["ttft_sequential_over_floor_ms"].items():
+        print(f"{name}: TTFT over the floor p50 / p99 {over['p50']:+.2f} / {over['p99']:+.2f} ms")
     for note in report["notes"]:
         print(note)
     print("targets:", report["targets"])
