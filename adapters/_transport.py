@@ -67,7 +67,7 @@ from ._h11lite import (
     request_head,
 )
 
-__all__ = ["PeerRefused", "ResponseBody", "TrioTransport"]
+__all__ = ["PeerRefused", "ResponseBody", "TrioTransport", "stdlib_socket"]
 
 #: The most bytes one network read asks for.
 RECEIVE_BYTES: Final = 64 * 1024
@@ -105,7 +105,7 @@ class PeerRefused(httpx.ConnectError):
     """The connection reached an address the request's `llmrt._egress.OutboundPolicy` refuses."""
 
 
-def _stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
+def stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
     """The standard-library socket under ``stream`` (trio keeps it non-blocking), if reachable."""
     sock = getattr(stream.socket, "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
@@ -461,7 +461,7 @@ class TrioTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
         except (OSError, trio.BrokenResourceError) as exc:
             raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from None
-        raw = None if scheme == b"https" else _stdlib_socket(socket_stream)
+        raw = None if scheme == b"https" else stdlib_socket(socket_stream)
         return _Connection(origin=origin, stream=stream, socket_stream=socket_stream, raw=raw)
 
     # ---- I/O --------------------------------------------------------------------------------

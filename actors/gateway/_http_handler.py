@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Final
@@ -65,6 +66,7 @@ from llmrt import (
     UsageChunk,
 )
 from llmrt._nesting import MAX_NESTING, json_too_deep
+from llmrt.adapters._transport import stdlib_socket
 
 from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
@@ -174,11 +176,20 @@ class _Writer:
     writes: int = 0
     busy: bool = False
     lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: The plain socket under ``stream`` (None where there is none, e.g. under TLS).
+    raw: socket.socket | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.raw = stdlib_socket(self.stream)
 
     async def _send(self, data: bytes) -> None:
         if self.gone:
             raise _Gone
         lock = self.lock
+        if self.raw is not None and not lock.locked():
+            data = await self._at_once(data)
+            if not data:
+                return
         if lock.locked():
             await lock.acquire()
         else:
@@ -194,7 +205,34 @@ class _Writer:
             self.busy = False
             lock.release()
 
+    async def _at_once(self, data: bytes) -> bytes:
+        """What one non-blocking send of ``data`` left over (``b""``: all of it went).
+
+        The common case, once per event: the socket takes the whole write, with
+        no lock, no timer and no schedule point past the cancellation check
+        (the stream's ``send_all`` yields after every send). The rest goes the
+        waiting way, watched by `_keeper`. Only while no write is under way.
+        """
+        assert self.raw is not None
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = self.raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.gone = True
+            raise _Gone from None
+        if sent == len(data):
+            self.writes += 1
+            return b""
+        return data[sent:]
+
     async def _bounded(self, data: bytes) -> None:
+        """One write within ``send_timeout``: a whole answer, or a stream's start."""
+        if self.raw is not None and not self.lock.locked() and not self.gone:
+            data = await self._at_once(data)  # most fit the socket: no timer for them
+            if not data:
+                return
         with trio.move_on_after(self.send_timeout) as scope:
             await self._send(data)
         if scope.cancelled_caught:
@@ -441,13 +479,25 @@ class HttpApi:
         stream = writer.stream
         parts: list[bytes] = []
         size = 0
+        # What came with the head is taken first, with no timer: a small body
+        # usually arrived in the head's own read.
+        event = conn.next_event()
+        while type(event) is h11.Data:
+            size += len(event.data)
+            if size > bound:
+                return too_large
+            parts.append(bytes(event.data))
+            event = conn.next_event()
+        if type(event) is h11.EndOfMessage:
+            return b"".join(parts)
+        if event is not h11.NEED_DATA:
+            raise _Gone  # a close (h11 reports it as ConnectionClosed)
         with trio.move_on_after(limits.body_timeout):
             if conn.they_are_waiting_for_100_continue:
                 await writer._send(
                     conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
                 )
             while True:
-                event = conn.next_event()
                 if event is h11.NEED_DATA:
                     try:
                         data = await stream.receive_some(_RECEIVE)
@@ -465,6 +515,7 @@ class HttpApi:
                     return b"".join(parts)
                 else:
                     raise _Gone  # a close (h11 reports it as ConnectionClosed)
+                event = conn.next_event()
         return _answer(
             anthropic,
             408,
@@ -602,7 +653,12 @@ class HttpApi:
                                 await writer.error(api.error(chunk.reason.failure))
                                 return
                             data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
-                            await writer.start_stream(data, last=type(chunk) is Finish)
+                            held.clear()
+                            if not data and cls is not Finish:
+                                # Nothing to say yet (a block start, say): the head waits,
+                                # to go out in one write with the first event.
+                                continue
+                            await writer.start_stream(data, last=cls is Finish)
                             nursery.start_soon(_keeper, writer, encoder, controller, limits)
                         elif type(chunk) is Finish:
                             await writer.data(encoder.push(chunk), last=True)
