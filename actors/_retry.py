@@ -297,8 +297,9 @@ class RetryCallContext:
 
     async def __aenter__(self) -> RetryCall:
         try:
-            await trio.lowlevel.checkpoint()
-        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
+            # A cancellation point; the schedule point is the first attempt's start.
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except RuntimeError:  # "must be called from async context": not a trio task
             raise not_in_trio("rt.stream_with_retry()") from None
         signal = self._call._signal
         if signal is not None and signal.aborted:

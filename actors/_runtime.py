@@ -141,6 +141,9 @@ class RuntimeCore:
     model_lists: ModelListCache = attrs.field(factory=ModelListCache)
     #: The routing groups and their deployments' state (docs/routing.md).
     router: Router = attrs.field(factory=Router)
+    #: Draws retry jitter for calls given no ``rng`` (one per runtime: seeding one per
+    #: call reads the system's entropy and costs more than the rest of the call's start).
+    jitter: random.Random = attrs.field(factory=random.Random)
     closing: bool = False
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
@@ -380,7 +383,7 @@ class LlmRuntime:
             options,
             policy,
             signal,
-            rng or random.Random(),
+            rng or self._core.jitter,
             retry_after_output,
             check_retry_after_cap(max_retry_after_ms),
         )
