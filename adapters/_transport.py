@@ -139,6 +139,11 @@ class _Connection:
     #: Set when its response was closed mid-body (`ResponseBody.close`): a read
     #: waiting on it then ends the body instead of raising.
     stopped: bool = False
+    #: Whether the next read tries the socket before waiting on it: only when
+    #: the last read found data waiting or filled its buffer. Tokens come apart
+    #: in time, so a read right after one usually finds nothing, and trying
+    #: first would cost a failing recv call per token.
+    eager: bool = False
 
     def close(self) -> None:
         """Close the socket now, without I/O (a TLS session ends without close_notify)."""
@@ -179,9 +184,11 @@ async def _wait_read(conn: _Connection, raw: socket.socket | None) -> bytes:
         while True:
             await trio.lowlevel.wait_readable(raw)
             try:
-                return raw.recv(RECEIVE_BYTES)
+                data = raw.recv(RECEIVE_BYTES)
             except BlockingIOError:
                 continue  # a spurious wake-up
+            conn.eager = len(data) == RECEIVE_BYTES
+            return data
     finally:
         conn.reading = False
 
@@ -471,9 +478,11 @@ class TrioTransport(httpx.AsyncBaseTransport):
     ) -> bytes:
         """One network read: a schedule point, bounded by ``limit`` seconds of waiting.
 
-        Data already waiting is taken with one non-blocking ``recv``. A read
-        that waits records its deadline on the connection: with runtime
-        services attached (`attach_runtime`) that is all it pays, and the
+        After a read that found data waiting (or filled its buffer), the next
+        first tries one non-blocking ``recv``; otherwise it waits on the socket
+        at once (see ``_Connection.eager``). A read that waits records its
+        deadline on the connection: with runtime services attached
+        (`attach_runtime`) that is all it pays, and the
         services' `DeadlineHeap` closes a connection whose read still waits
         past it (no cancel scope per read: one costs about four checkpoints,
         paid per token; the heap wakes about once per timeout per
@@ -481,11 +490,11 @@ class TrioTransport(httpx.AsyncBaseTransport):
         """
         try:
             raw = conn.raw
-            if raw is not None:
+            if raw is not None and conn.eager:
                 try:
                     data = raw.recv(RECEIVE_BYTES)
                 except BlockingIOError:
-                    pass
+                    conn.eager = False
                 else:
                     # A read is a schedule point, as trio's receive_some is (cancelled
                     # here, the data is lost with the connection, which is closed).
@@ -513,9 +522,11 @@ class TrioTransport(httpx.AsyncBaseTransport):
                 while True:
                     await trio.lowlevel.wait_readable(raw)
                     try:
-                        return raw.recv(RECEIVE_BYTES)
+                        data = raw.recv(RECEIVE_BYTES)
                     except BlockingIOError:
                         continue  # a spurious wake-up
+                    conn.eager = len(data) == RECEIVE_BYTES
+                    return data
             finally:
                 conn.reading = False
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
