@@ -110,15 +110,17 @@ class JsonLinesSink:
         return self.directory / f"calls-{number:06d}.jsonl"
 
     def _write(self, lines: Sequence[bytes]) -> None:
-        data = b"".join(lines)
+        size = sum(map(len, lines))
         if self._file is None:
             self._start()
-        elif self._size and self._size + len(data) > self.max_file_bytes:
+        elif self._size and self._size + size > self.max_file_bytes:
             self._rotate()
         assert self._file is not None
-        self._file.write(data)
+        # The lines as they are (no joined copy of the batch): a batch of long
+        # calls is megabytes, and a copy costs as much as writing it.
+        self._file.writelines(lines)
         self._file.flush()
-        self._size += len(data)
+        self._size += size
         self._cap()
 
     def _start(self) -> None:
