@@ -128,7 +128,6 @@ class LastSteps(trio.abc.Instrument):
 
     def __init__(self) -> None:
         self._started: dict[trio.lowlevel.Task, float] = {}
-        self._last: dict[trio.lowlevel.Task, float] = {}
         self.us: list[float] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
@@ -136,14 +135,14 @@ class LastSteps(trio.abc.Instrument):
             self._started[task] = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        started = self._started.pop(task, None)
-        if started is not None:
-            self._last[task] = time.perf_counter() - started
+        self._started.pop(task, None)
 
     def task_exited(self, task: trio.lowlevel.Task) -> None:
-        last = self._last.pop(task, None)
-        if last is not None:
-            self.us.append(last * 1e6)
+        # trio reports the exit inside the task's last step, before after_task_step:
+        # the step now under way is the last one.
+        started = self._started.get(task)
+        if started is not None:
+            self.us.append((time.perf_counter() - started) * 1e6)
 
 
 async def run_llmrt(
