@@ -303,8 +303,8 @@ class Call:
         less that way, which counts at tens of thousands of calls.
         """
         try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except RuntimeError:  # "must be called from async context": not a trio task
+            await trio.lowlevel.checkpoint()
+        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
             raise not_in_trio("rt.stream()") from None
         if self._entered:
             raise RuntimeError("this call was already streamed; ask rt.stream() for a new one")
@@ -319,9 +319,8 @@ class Call:
         self._series = series = core.call_started(self)
         if not core.spawn(self):
             self._never_ran(series)
-        # The schedule point comes after the spawn: the call task then starts in
-        # the scheduler pass the caller resumes in, not one pass later.
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        # No schedule point after the spawn: the call task starts only once the
+        # caller waits, so what the caller does first (an abort) comes first.
         return self
 
     def _never_ran(self, series: CallSeries) -> None:
