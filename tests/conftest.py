@@ -26,6 +26,8 @@ Keeping the suite cheap (``scripts/test`` runs it on two processes with
 - Ports: ask for port 0 wherever the server can report its port; for servers
   that cannot (redis-server, nginx) and for "nothing listens here" ports, use
   ``_ports.free_port``: it draws from this worker's own slice, outside port 0's range.
+- The built-in demo route is unpaced (``$LLMRT_DEMO_TOKENS_PER_SECOND`` is
+  ``0``, set below, inherited by child processes).
 - Property tests take ``max_examples=examples(full)`` (or the profile's
   default); nothing is tuned to a wall-clock time.
 """
@@ -43,6 +45,14 @@ from hypothesis import settings
 
 import llmrt
 from llmrt import Finish, FinishReason, GenerateOptions, StreamChunk, user_message
+from llmrt.adapters.demo import DEMO_PACE_ENV
+
+#: The built-in demo route streams unpaced in this process and every process it
+#: starts (doc examples, ``llmrt`` commands, servers): the suite reads the
+#: demo's answers, it does not watch them arrive at 60 tokens a second. A test
+#: about pacing names its own pace (a ``tokens_per_second`` route, or this
+#: variable in its child's environment).
+os.environ[DEMO_PACE_ENV] = "0"
 
 #: ``max_examples`` is hypothesis' own default in ``ci``; `examples` scales by it.
 settings.register_profile("ci", max_examples=100, deadline=None)

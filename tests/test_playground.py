@@ -50,6 +50,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 import llmrt.actors.gateway
+from llmrt.adapters.demo import DEMO_PACE_ENV
 from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
@@ -85,6 +86,8 @@ class Gateway:
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         self.env.pop("LLMRT_GATEWAY_TOKEN", None)
         self.env.pop("LLMRT_CONFIG", None)
+        # The page is watched streaming: the built-in demo keeps its own pace.
+        self.env.pop(DEMO_PACE_ENV, None)
         self.env["PYTHONUNBUFFERED"] = "1"
         if token is not None:
             self.env["LLMRT_GATEWAY_TOKEN"] = token
