@@ -65,14 +65,37 @@ def examples(full: int) -> int:
     return max(10, full * settings().max_examples // 100)
 
 
+#: The files that take longest (5 s and more on two cores, longest first) run
+#: first. ``--dist loadfile`` hands a worker its next file when it is done with
+#: one, in collection order: in file-name order the ``test_workers*`` files
+#: came last, and one worker ran them while the other had nothing left to do.
+#: Longest first, the last files handed out are short ones.
+LONG_FILES = (
+    "test_examples.py",
+    "test_playground.py",
+    "test_workers.py",
+    "test_workers_metrics.py",
+    "test_http_api.py",
+    "test_nginx.py",
+    "test_cli_unix.py",
+    "test_cli_interrupt.py",
+    "test_cli.py",
+    "test_plugins.py",
+    "test_cassette.py",
+)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``anyio`` run on anyio's plugin (trio and asyncio), not pytest-trio.
+    """`LONG_FILES` first; tests marked ``anyio`` run on anyio's plugin, not pytest-trio.
 
+    The order within a file, and of the other files, stays as collected.
     ``trio_mode`` marks every ``async def`` test ``trio``; a test that names
     its backends through anyio's ``anyio_backend`` fixture (tests/test_contract.py)
     would otherwise be run by both plugins.
     """
+    rank = {name: n for n, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     for item in items:
         if item.get_closest_marker("anyio") is not None:
             item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]
