@@ -54,7 +54,14 @@ from llmrt.vocabulary import TOOL_CHOICE
 from ._schema_sample import sample_arguments
 from .plugin import AdapterConfig, AdapterPlugin, ModelSpec, Problem
 
-__all__ = ["BUILTIN_DEMO_TOKENS_PER_SECOND", "DEMO_MODELS", "PLUGIN", "DemoAdapter", "DemoConfig"]
+__all__ = [
+    "BUILTIN_DEMO_TOKENS_PER_SECOND",
+    "DEMO_MODELS",
+    "DEMO_PACE_ENV",
+    "PLUGIN",
+    "DemoAdapter",
+    "DemoConfig",
+]
 
 #: Model ids the demo provider advertises; any other id is answered the same way.
 DEMO_MODELS = ("demo-1", "demo-mini")
@@ -340,6 +347,8 @@ class DemoAdapter(Adapter):
 
 #: The pace of the built-in demo route (a ``demo`` route in the file sets its own).
 BUILTIN_DEMO_TOKENS_PER_SECOND = 60.0
+#: Sets the built-in route's pace instead; ``0``: as fast as the reader takes it.
+DEMO_PACE_ENV = "LLMRT_DEMO_TOKENS_PER_SECOND"
 
 
 class DemoConfig(AdapterConfig, tag="demo", frozen=True):
@@ -370,9 +379,24 @@ class DemoConfig(AdapterConfig, tag="demo", frozen=True):
         return DemoAdapter(tokens_per_second=self.tokens_per_second)
 
 
+def _builtin_pace(config: AdapterConfig, value: str) -> AdapterConfig:
+    """The built-in route at the pace ``$LLMRT_DEMO_TOKENS_PER_SECOND`` gives (0: unpaced)."""
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = math.nan
+    if not 0 <= rate < math.inf:
+        raise ValueError(
+            f"must be a number of tokens per second, or 0 for no pacing (got {value!r})"
+        )
+    return DemoConfig(tokens_per_second=rate or None)
+
+
 PLUGIN = AdapterPlugin(
     config=DemoConfig,
     summary="llmrt's offline demo model",
     # Always served, paced like a real model so a terminal shows it streaming.
     builtin=(("demo", DemoConfig(tokens_per_second=BUILTIN_DEMO_TOKENS_PER_SECOND)),),
+    # A script or a test suite that reads the demo's answers, not watches them.
+    builtin_env=(DEMO_PACE_ENV, _builtin_pace),
 )

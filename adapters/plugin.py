@@ -284,6 +284,10 @@ class AdapterPlugin:
     namespaces: Namespaces | None = None
     #: Routes always served, after every other, unless the file uses their name.
     builtin: tuple[tuple[str, AdapterConfig], ...] = ()
+    #: A variable that adjusts the built-in routes when set and not empty, and
+    #: how: ``adjust(config, value)`` returns the route's config for the value,
+    #: or raises `ValueError` saying what the variable accepts.
+    builtin_env: tuple[str, Callable[[AdapterConfig, str], AdapterConfig]] | None = None
 
     @property
     def kind(self) -> str:

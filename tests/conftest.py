@@ -26,6 +26,8 @@ Keeping the suite cheap (``scripts/test`` runs it on two processes with
 - Ports: ask for port 0 wherever the server can report its port; for servers
   that cannot (redis-server, nginx) and for "nothing listens here" ports, use
   ``_ports.free_port``: it draws from this worker's own slice, outside port 0's range.
+- The built-in demo route is unpaced (``$LLMRT_DEMO_TOKENS_PER_SECOND`` is
+  ``0``, set below, inherited by child processes).
 - Property tests take ``max_examples=examples(full)`` (or the profile's
   default); nothing is tuned to a wall-clock time.
 """
@@ -43,6 +45,14 @@ from hypothesis import settings
 
 import llmrt
 from llmrt import Finish, FinishReason, GenerateOptions, StreamChunk, user_message
+from llmrt.adapters.demo import DEMO_PACE_ENV
+
+#: The built-in demo route streams unpaced in this process and every process it
+#: starts (doc examples, ``llmrt`` commands, servers): the suite reads the
+#: demo's answers, it does not watch them arrive at 60 tokens a second. A test
+#: about pacing names its own pace (a ``tokens_per_second`` route, or this
+#: variable in its child's environment).
+os.environ[DEMO_PACE_ENV] = "0"
 
 #: ``max_examples`` is hypothesis' own default in ``ci``; `examples` scales by it.
 settings.register_profile("ci", max_examples=100, deadline=None)
@@ -55,14 +65,37 @@ def examples(full: int) -> int:
     return max(10, full * settings().max_examples // 100)
 
 
+#: The files that take longest (5 s and more on two cores, longest first) run
+#: first. ``--dist loadfile`` hands a worker its next file when it is done with
+#: one, in collection order: in file-name order the ``test_workers*`` files
+#: came last, and one worker ran them while the other had nothing left to do.
+#: Longest first, the last files handed out are short ones.
+LONG_FILES = (
+    "test_examples.py",
+    "test_playground.py",
+    "test_workers.py",
+    "test_workers_metrics.py",
+    "test_http_api.py",
+    "test_nginx.py",
+    "test_cli_unix.py",
+    "test_cli_interrupt.py",
+    "test_cli.py",
+    "test_plugins.py",
+    "test_cassette.py",
+)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``anyio`` run on anyio's plugin (trio and asyncio), not pytest-trio.
+    """`LONG_FILES` first; tests marked ``anyio`` run on anyio's plugin, not pytest-trio.
 
+    The order within a file, and of the other files, stays as collected.
     ``trio_mode`` marks every ``async def`` test ``trio``; a test that names
     its backends through anyio's ``anyio_backend`` fixture (tests/test_contract.py)
     would otherwise be run by both plugins.
     """
+    rank = {name: n for n, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     for item in items:
         if item.get_closest_marker("anyio") is not None:
             item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]

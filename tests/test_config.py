@@ -21,6 +21,7 @@ from llmrt import (
     TextDelta,
 )
 from llmrt.actors.app.config import (
+    CONFIG_INVALID,
     Config,
     ConfigError,
     RouteSpec,
@@ -31,7 +32,7 @@ from llmrt.actors.app.config import (
 )
 from llmrt.actors.app.config._schema import format_path, locate_lines, parse_path
 from llmrt.adapters.anthropic import AnthropicAdapter
-from llmrt.adapters.demo import BUILTIN_DEMO_TOKENS_PER_SECOND, DemoAdapter
+from llmrt.adapters.demo import BUILTIN_DEMO_TOKENS_PER_SECOND, DEMO_PACE_ENV, DemoAdapter
 from llmrt.adapters.openai_chat import ModelSpec, OpenAIChatAdapter
 
 FULL = """\
@@ -151,6 +152,27 @@ def test_build_adapter_makes_the_configured_adapter(tmp_path: Path) -> None:
     assert slow.tokens_per_second == 20
     assert isinstance(demo, DemoAdapter)
     assert demo.tokens_per_second == BUILTIN_DEMO_TOKENS_PER_SECOND
+
+
+@pytest.mark.parametrize(("value", "pace"), [("250", 250.0), ("0", None), ("", 60.0)])
+def test_the_pace_variable_sets_the_built_in_demo_route_only(
+    tmp_path: Path, value: str, pace: float | None
+) -> None:
+    config = load_config(write(tmp_path, FULL), environ={DEMO_PACE_ENV: value})
+    *_, slow, demo = (build_adapter(spec) for spec in config.routes)
+    assert isinstance(slow, DemoAdapter) and isinstance(demo, DemoAdapter)
+    assert slow.tokens_per_second == 20  # a route of the file keeps its own pace
+    assert demo.tokens_per_second == pace  # "": as if unset, the built-in 60
+    assert config.routes[-1].source == "built-in"
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "inf", "nan"])
+def test_a_bad_pace_variable_is_refused_naming_it(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, ""), environ={DEMO_PACE_ENV: value})
+    assert err.value.code == CONFIG_INVALID
+    assert f"environment {DEMO_PACE_ENV}: must be a number of tokens per second" in str(err.value)
+    assert repr(value) in str(err.value)
 
 
 async def test_full_file_registers_into_a_runtime(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 import llmrt.actors.gateway
+from llmrt.adapters.demo import DEMO_PACE_ENV
 from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
@@ -79,12 +80,16 @@ def _executable(*names: str) -> str:
 class Gateway:
     """One ``llmrt serve`` process on loopback; `start` again brings it back on the same port."""
 
-    def __init__(self, tmp: pathlib.Path, *, token: str | None = None, config: str = "") -> None:
+    def __init__(
+        self, tmp: pathlib.Path, *, token: str | None = None, config: str = "", paced: bool = False
+    ) -> None:
         self.config = tmp / "llmrt.toml"
         self.config.write_text(CONFIG + config)
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         self.env.pop("LLMRT_GATEWAY_TOKEN", None)
         self.env.pop("LLMRT_CONFIG", None)
+        if paced:  # the built-in demo at its own pace, for a page watched streaming
+            self.env.pop(DEMO_PACE_ENV, None)
         self.env["PYTHONUNBUFFERED"] = "1"
         if token is not None:
             self.env["LLMRT_GATEWAY_TOKEN"] = token
@@ -140,8 +145,9 @@ def running(
     token: str | None = None,
     config: str = "",
     env: dict[str, str] | None = None,
+    paced: bool = False,
 ) -> Iterator[Gateway]:
-    gateway = Gateway(tmp, token=token, config=config)
+    gateway = Gateway(tmp, token=token, config=config, paced=paced)
     gateway.env.update(env or {})
     gateway.start()
     try:
@@ -443,7 +449,15 @@ def page_url(gateway: Gateway) -> str:
 # ---- scenarios -------------------------------------------------------------------------------
 
 
-def test_streams_reasoning_text_and_usage(gateway: Gateway, page: Page) -> None:
+@pytest.fixture
+def paced_gateway(tmp_path: pathlib.Path) -> Iterator[Gateway]:
+    """A gateway whose built-in demo keeps its 60 tokens a second (the suite unpaces it)."""
+    with running(tmp_path, paced=True) as gw:
+        yield gw
+
+
+def test_streams_reasoning_text_and_usage(paced_gateway: Gateway, page: Page) -> None:
+    gateway = paced_gateway
     page.open(page_url(gateway))
     page.wait_open()
     assert Select(page.el("provider")).first_selected_option.get_attribute("value") == "demo"

@@ -12,7 +12,7 @@ import itertools
 import math
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -124,7 +124,7 @@ def validate_config(
         )
         namespaces = _namespaces(ctx, table.settings, namespaces)
         routes = _file_routes(ctx, table.provider, default_idle, namespaces)
-    routes = _complete(routes, environ, default_idle, plugins)
+    routes = _complete(ctx, routes, environ, default_idle, plugins)
     if table is not None:
         names = {name for spec in routes for name in spec.providers}
         groups, routing = check_routing(ctx.error, table.group, table.routing, names)
@@ -544,7 +544,11 @@ def _retry(ctx: _Context, at: Path, retry: RetryTable) -> ResolvedRetryPolicy:
 
 
 def _complete(
-    routes: list[RouteSpec], env: Mapping[str, str], default_idle: float | None, plugins: Plugins
+    ctx: _Context,
+    routes: list[RouteSpec],
+    env: Mapping[str, str],
+    default_idle: float | None,
+    plugins: Plugins,
 ) -> list[RouteSpec]:
     """Add the plugins' detected environment routes, then their built-in routes."""
     taken = {name for spec in routes for name in spec.providers}
@@ -564,6 +568,23 @@ def _complete(
     for plugin in plugins.adapters.values():
         for route, config in plugin.builtin:
             if route not in taken:
+                config = _builtin_config(ctx, plugin.builtin_env, config, env)
                 out.append(_route_spec(config, [route], "built-in", default_idle))
                 taken.add(route)
     return out
+
+
+def _builtin_config(
+    ctx: _Context,
+    adjust: tuple[str, Callable[[AdapterConfig, str], AdapterConfig]] | None,
+    config: AdapterConfig,
+    env: Mapping[str, str],
+) -> AdapterConfig:
+    """A built-in route's config, adjusted by its plugin's variable when that is set."""
+    if adjust is None or not env.get(adjust[0]):
+        return config
+    var, change = adjust
+    try:
+        return change(config, env[var])
+    except ValueError as exc:
+        raise ctx.error((), f"environment {var}: {exc}") from None
