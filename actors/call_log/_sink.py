@@ -20,6 +20,8 @@ import trio
 __all__ = ["CallLogSink", "JsonLinesSink", "log_files"]
 
 _NAME = re.compile(r"^calls-(\d{6,})\.jsonl$")
+#: The JSON Lines file's write buffer, in bytes.
+WRITE_BUFFER = 1 << 20
 
 
 @runtime_checkable
@@ -116,8 +118,8 @@ class JsonLinesSink:
         elif self._size and self._size + size > self.max_file_bytes:
             self._rotate()
         assert self._file is not None
-        # The lines as they are (no joined copy of the batch): a batch of long
-        # calls is megabytes, and a copy costs as much as writing it.
+        # The lines through the file's buffer, not joined first: a joined batch of
+        # long calls is megabytes of fresh memory, which costs as much as the write.
         self._file.writelines(lines)
         self._file.flush()
         self._size += size
@@ -132,7 +134,9 @@ class JsonLinesSink:
         self._open()
 
     def _open(self) -> None:
-        self._file = open(self._path(self._number), "ab")  # noqa: SIM115  # kept open
+        # A buffer of `WRITE_BUFFER` bytes: a batch's lines are copied into memory
+        # reused from batch to batch, and written in a few large writes.
+        self._file = open(self._path(self._number), "ab", buffering=WRITE_BUFFER)  # noqa: SIM115
         self._size = 0
 
     def _rotate(self) -> None:
