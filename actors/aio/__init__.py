@@ -21,6 +21,7 @@ from ._runtime import PreparedCall as PreparedCall
 from ._runtime import RegistrationHandle as RegistrationHandle
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
+from ._updates import Updates as Updates
 
 __all__ = [
     "DEFAULT_HOST",
@@ -36,6 +37,7 @@ __all__ = [
     "PreparedCall",
     "RegistrationHandle",
     "Runtime",
+    "Updates",
     "open_gateway_client",
     "open_runtime",
 ]

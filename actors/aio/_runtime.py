@@ -10,6 +10,7 @@ callables and routing strategies are trio code: they run in the trio run.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import (
     AsyncIterator,
@@ -62,6 +63,7 @@ from llmrt.actors.routing import Group, GroupsHandle, RoutingSettings, Strategy
 from ._abort import AbortSignal
 from ._call import Call
 from ._host import HostMode, TrioHost, open_host
+from ._updates import Updates
 
 __all__ = [
     "DirectoryHandle",
@@ -433,6 +435,49 @@ class Runtime:
     ) -> tuple[DiscoveredModel, ...]:
         return await self._host.run(self._rt.discover_models, settings_ns, request)
 
+    @asynccontextmanager
+    async def adapters_updated(self) -> AsyncIterator[Updates]:
+        """Subscribe to topology changes: ``async for _ in updates`` wakes after commits.
+
+        As the trio API's: payload-free and coalescing (one pending wake-up at
+        most, never a backlog), subscribed once the block is entered; leaving
+        the block ends the subscription, and the iteration ends when the
+        runtime closes.
+        """
+        host = self._host
+        updates = Updates(host.loop)
+        subscribed: asyncio.Future[None] = host.loop.create_future()
+        watcher = asyncio.ensure_future(host.run(self._watch_updates, updates, subscribed))
+        try:
+            await asyncio.wait({watcher, subscribed}, return_when=asyncio.FIRST_COMPLETED)
+            if not subscribed.done():
+                watcher.result()  # it ended before subscribing: raise what it raised
+                raise RuntimeError("this llmrt.aio runtime is closed")
+            yield updates
+        finally:
+            watcher.cancel()
+            cancelled = False
+            while not watcher.done():
+                try:
+                    await asyncio.wait({watcher})
+                except asyncio.CancelledError:
+                    cancelled = True
+            if not watcher.cancelled():
+                watcher.exception()  # retrieved: the subscription ended with the runtime
+            if cancelled:
+                raise asyncio.CancelledError
+
+    async def _watch_updates(self, updates: Updates, subscribed: asyncio.Future[None]) -> None:
+        """In the trio run: hold the subscription, and hand each wake-up to the loop."""
+        to_loop = self._host.to_loop
+        try:
+            async with self._rt.adapters_updated() as recv:
+                to_loop(_settle, subscribed)
+                async for _ in recv:
+                    to_loop(updates._wake)
+        finally:
+            to_loop(updates._end)
+
     # ---- model metadata ------------------------------------------------------------------
 
     async def list_models(self, provider: str, *, max_age: float = 0.0) -> tuple[ModelInfo, ...]:
@@ -443,6 +488,11 @@ class Runtime:
 
     async def resolve_call_config(self, config: LlmCallConfig) -> LlmCallConfig:
         return await self._host.run(self._rt.resolve_call_config, config)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @asynccontextmanager
