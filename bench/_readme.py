@@ -55,12 +55,19 @@ def misses(name: str, report: dict[str, Any]) -> tuple[list[str], list[str]]:
                 if key == "targets" and isinstance(value, dict):
                     for target, verdict in value.items():
                         text = str(verdict)
+                        if verdict is True:
+                            continue  # a boolean verdict: met
+                        if isinstance(verdict, int | float) and verdict is not False:
+                            continue  # the target's value, not a verdict (see "met")
                         if text.upper().startswith(NOT_JUDGED):
                             unjudged.append(f"`{name}`: {where}: `{target}` {verdict}")
                         elif not text.startswith(MET):
                             found.append(f"`{name}`: {where}: `{target}` {verdict}")
                 elif key in ("meets_target", "all_within_target") and value is False:
                     found.append(f"`{name}`: {where}: target missed")
+                elif key == "met" and isinstance(value, dict):
+                    missed = [t for t, ok in value.items() if not ok]
+                    found.extend(f"`{name}`: {where}: `{t}` missed" for t in missed)
                 else:
                     walk(value, where)
         elif isinstance(node, list):
