@@ -46,6 +46,11 @@ def quiet_script() -> list[Step]:
     return [*text_script()[:2], Delay(1.0), *text_script()[2:]]
 
 
+def silent_start_script() -> list[Step]:
+    """A block start that encodes to nothing, a second of silence, then the text."""
+    return [text_script()[0], Delay(1.0), *text_script()[1:]]
+
+
 def late_script() -> list[Step]:
     """Nothing at all until the call is given up."""
     return [Stall()]
@@ -62,6 +67,7 @@ SCRIPTS: dict[str, Any] = {
     "stall": stall_script,
     "big": big_script,
     "quiet": quiet_script,
+    "silent-start": silent_start_script,
     "late": late_script,
 }
 

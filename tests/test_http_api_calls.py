@@ -57,6 +57,29 @@ async def test_a_quiet_openai_stream_gets_comments() -> None:
     assert reply.body.endswith(b"data: [DONE]\n\n")
 
 
+async def test_a_stream_silent_after_a_block_start_gets_its_head_and_pings() -> None:
+    # The block start says nothing in Chat Completions, so the head waits for the
+    # first event; the keeper's ping sends it first when the silence lasts.
+    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
+    async with api_gateway(limits) as (server, _, _):
+        body = chat_body("silent-start", stream=True)
+        with trio.fail_after(10):
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with conn:
+                await conn.send_all(request_bytes("/v1/chat/completions", body))
+                got = b""
+                while b": ping" not in got:
+                    data = await conn.receive_some(65536)
+                    assert data, got
+                    got += data
+                assert got.startswith(b"HTTP/1.1 200 ")
+                assert b'"content"' not in got  # the text is still a second away
+                while data := await conn.receive_some(65536):  # to the close
+                    got += data
+    assert b"data: [DONE]" in got
+    assert got.index(b": ping") < got.index(b'"content"')
+
+
 @pytest.mark.parametrize("api", PATHS)
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_client_gone_before_the_first_byte_aborts_the_call(api: str, stream: bool) -> None:

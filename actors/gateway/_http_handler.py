@@ -631,6 +631,7 @@ class HttpApi:
         encoder = call.encoder()
         limits = self.state.limits
         held: list[Any] = []
+        keeping = False  # whether `_keeper` runs
         try:
             async with self._events(call, controller) as events:
                 async for event in events:
@@ -654,12 +655,15 @@ class HttpApi:
                                 return
                             data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
                             held.clear()
+                            if not keeping:
+                                keeping = True
+                                nursery.start_soon(_keeper, writer, encoder, controller, limits)
                             if not data and cls is not Finish:
                                 # Nothing to say yet (a block start, say): the head waits,
-                                # to go out in one write with the first event.
+                                # to go out in one write with the first event (or with
+                                # the keeper's first ping, if that comes first).
                                 continue
                             await writer.start_stream(data, last=cls is Finish)
-                            nursery.start_soon(_keeper, writer, encoder, controller, limits)
                         elif type(chunk) is Finish:
                             await writer.data(encoder.push(chunk), last=True)
                         else:
@@ -742,10 +746,11 @@ async def _watch_client(writer: _Writer, controller: AbortController) -> None:
 async def _keeper(
     writer: _Writer, encoder: Any, controller: AbortController, limits: Limits
 ) -> None:
-    """A started stream's two timers, sampled (the writes themselves carry none).
+    """A stream's two timers, sampled (the writes themselves carry none).
 
     The API's ping once nothing was written for ``ping_interval`` (up to one
-    tick more); and when one write has made no progress for
+    tick more; a stream whose head is still held for its first event sends
+    the head with it); and when one write has made no progress for
     ``heartbeat_timeout`` the client has stopped reading: the call is aborted
     and the socket closed under the write, which then fails.
     """
@@ -772,7 +777,10 @@ async def _keeper(
         if quiet >= limits.ping_interval:
             quiet = 0.0
             try:
-                await writer.data(ping)
+                if writer.started:
+                    await writer.data(ping)
+                else:  # the head held for the first event: it goes out now
+                    await writer.start_stream(ping)
             except _Gone:
                 return
             seen = writer.writes
