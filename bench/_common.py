@@ -155,3 +155,13 @@ class GcMeter:
             "ms": self.seconds * 1e3,
             "objects_freed": self.collected,
         }
+
+
+async def until_stdin_closes() -> None:
+    """Return once this process's standard input is closed (a helper process's lifetime)."""
+    import trio
+
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with stdin:
+        while await stdin.receive_some(1024):
+            pass

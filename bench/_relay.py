@@ -12,10 +12,10 @@ Serves until its standard input closes.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import trio
+from _common import until_stdin_closes
 
 SPARE = 8
 
@@ -48,10 +48,7 @@ async def _serve(port: int) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         print(listeners[0].socket.getsockname()[1], flush=True)
         nursery.start_soon(trio.serve_listeners, handle, listeners)
-        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-        async with stdin:
-            while await stdin.receive_some(1024):
-                pass
+        await until_stdin_closes()
         nursery.cancel_scope.cancel()
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
+from _common import until_stdin_closes
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 1024 * 1024
@@ -268,10 +268,7 @@ async def _serve_until_stdin_closes(chunks: int, delay: float) -> None:
     async with trio.open_nursery() as nursery:
         up = await nursery.start(serve, events, events, delay, b"__warm__", lambda up, q: {})
         print(up.port, flush=True)
-        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-        async with stdin:
-            while await stdin.receive_some(1024):
-                pass
+        await until_stdin_closes()
         nursery.cancel_scope.cancel()
 
 

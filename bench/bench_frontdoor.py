@@ -144,26 +144,19 @@ def free_port() -> int:
 
 
 @attrs.define
-class FastUpstream:
+class Helper:
+    """A helper process of this bench: it printed its port, and serves until its stdin closes."""
+
     proc: subprocess.Popen[bytes]
     port: int
 
 
-def start_upstream(chunks: int, delay: float) -> FastUpstream:
-    """`_upstream` in a process of its own: client and upstream then cross a process
-    boundary, as they do in a deployment, for ``direct`` as for the gateways."""
-    command = [sys.executable, str(Path(__file__).with_name("_upstream.py")), str(chunks)]
-    proc = subprocess.Popen([*command, str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    return FastUpstream(proc, int(proc.stdout.readline()))
-
-
-def start_relay(upstream: int) -> FastUpstream:
-    """`_relay` (the raw-trio floor: a byte relay, one process hop) in front of ``upstream``."""
-    command = [sys.executable, str(Path(__file__).with_name("_relay.py")), str(upstream)]
+def start_helper(script: str, *args: object) -> Helper:
+    """``python bench/SCRIPT ARGS...``, once it has printed the port it listens on."""
+    command = [sys.executable, str(Path(__file__).with_name(script)), *map(str, args)]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
-    return FastUpstream(proc, int(proc.stdout.readline()))
+    return Helper(proc, int(proc.stdout.readline()))
 
 
 def start_llmrt(directory: Path, fast: int, slow: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -374,7 +367,9 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
     report: dict[str, Any] = {"sizes": sizes, "environment": environment()}
     try:
         async with trio.open_nursery() as nursery, open_upstream(stall) as slow:
-            fast = start_upstream(sizes["chunks"], sizes["delay"])
+            # The upstream in a process of its own: client and upstream then cross a
+            # process boundary, as in a deployment, for ``direct`` as for the gateways.
+            fast = start_helper("_upstream.py", sizes["chunks"], sizes["delay"])
             procs.append(fast.proc)
             proc, port = start_llmrt(directory, fast.port, slow.port)
             procs.append(proc)
@@ -383,7 +378,7 @@ async def run(sizes: dict[str, Any]) -> dict[str, Any]:
                 Target("llmrt", port, "{route}/gpt-4.1-mini", proc.pid),
             ]
             await wait_http(port, "/readyz", STARTUP)
-            relay = start_relay(fast.port)
+            relay = start_helper("_relay.py", fast.port)  # the floor: one process hop
             procs.append(relay.proc)
             targets.append(Target("floor", relay.port, "gpt-4.1-mini", relay.proc.pid))
             missing = litellm_missing()

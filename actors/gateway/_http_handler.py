@@ -182,28 +182,22 @@ class _Writer:
     def __attrs_post_init__(self) -> None:
         self.raw = stdlib_socket(self.stream)
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: bytes, limit: float | None = None) -> None:
+        """Write ``data``; ``limit``: within that many seconds, or the client is gone."""
         if self.gone:
             raise _Gone
-        lock = self.lock
-        if self.raw is not None and not lock.locked():
-            data = await self._at_once(data)
+        if self.raw is not None and not self.lock.locked():
+            data = await self._at_once(data)  # nearly always all of it
             if not data:
                 return
-        if lock.locked():
-            await lock.acquire()
-        else:
-            lock.acquire_nowait()
-        self.writes += 1
-        self.busy = True
-        try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        if limit is None:
+            await self._wait_send(data)
+            return
+        with trio.move_on_after(limit) as scope:
+            await self._wait_send(data)
+        if scope.cancelled_caught:
             self.gone = True
-            raise _Gone from None
-        finally:
-            self.busy = False
-            lock.release()
+            raise _Gone
 
     async def _at_once(self, data: bytes) -> bytes:
         """What one non-blocking send of ``data`` left over (``b""``: all of it went).
@@ -211,7 +205,8 @@ class _Writer:
         The common case, once per event: the socket takes the whole write, with
         no lock, no timer and no schedule point past the cancellation check
         (the stream's ``send_all`` yields after every send). The rest goes the
-        waiting way, watched by `_keeper`. Only while no write is under way.
+        waiting way (`_wait_send`), watched by `_keeper`. Only while no write
+        is under way.
         """
         assert self.raw is not None
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -227,17 +222,27 @@ class _Writer:
             return b""
         return data[sent:]
 
+    async def _wait_send(self, data: bytes) -> None:
+        """The waiting way: under the lock, one write at a time, watched by `_keeper`."""
+        lock = self.lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        self.writes += 1
+        self.busy = True
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.gone = True
+            raise _Gone from None
+        finally:
+            self.busy = False
+            lock.release()
+
     async def _bounded(self, data: bytes) -> None:
         """One write within ``send_timeout``: a whole answer, or a stream's start."""
-        if self.raw is not None and not self.lock.locked() and not self.gone:
-            data = await self._at_once(data)  # most fit the socket: no timer for them
-            if not data:
-                return
-        with trio.move_on_after(self.send_timeout) as scope:
-            await self._send(data)
-        if scope.cancelled_caught:
-            self.gone = True
-            raise _Gone
+        await self._send(data, self.send_timeout)
 
     def _head(self, status: int, headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
         """The response head, written here: h11's header validation is most of a
@@ -479,43 +484,39 @@ class HttpApi:
         stream = writer.stream
         parts: list[bytes] = []
         size = 0
-        # What came with the head is taken first, with no timer: a small body
-        # usually arrived in the head's own read.
-        event = conn.next_event()
-        while type(event) is h11.Data:
-            size += len(event.data)
-            if size > bound:
-                return too_large
-            parts.append(bytes(event.data))
+        # The time bound starts at the first wait: a small body usually came in the
+        # head's own read, and then no timer is made at all.
+        deadline: float | None = None
+        while True:
             event = conn.next_event()
-        if type(event) is h11.EndOfMessage:
-            return b"".join(parts)
-        if event is not h11.NEED_DATA:
-            raise _Gone  # a close (h11 reports it as ConnectionClosed)
-        with trio.move_on_after(limits.body_timeout):
-            if conn.they_are_waiting_for_100_continue:
-                await writer._send(
-                    conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
-                )
-            while True:
-                if event is h11.NEED_DATA:
+            if type(event) is h11.Data:
+                size += len(event.data)
+                if size > bound:
+                    return too_large
+                parts.append(bytes(event.data))
+            elif type(event) is h11.EndOfMessage:
+                return b"".join(parts)
+            elif event is not h11.NEED_DATA:
+                raise _Gone  # a close (h11 reports it as ConnectionClosed)
+            else:
+                data = b""
+                with trio.move_on_at(
+                    deadline or trio.current_time() + limits.body_timeout
+                ) as scope:
+                    deadline = scope.deadline
+                    if conn.they_are_waiting_for_100_continue:
+                        await writer._send(
+                            conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+                        )
                     try:
                         data = await stream.receive_some(_RECEIVE)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                         raise _Gone from None
                     if not data:
                         raise _Gone
-                    conn.receive_data(data)
-                elif type(event) is h11.Data:
-                    size += len(event.data)
-                    if size > bound:
-                        return too_large
-                    parts.append(bytes(event.data))
-                elif type(event) is h11.EndOfMessage:
-                    return b"".join(parts)
-                else:
-                    raise _Gone  # a close (h11 reports it as ConnectionClosed)
-                event = conn.next_event()
+                if scope.cancelled_caught:
+                    break
+                conn.receive_data(data)
         return _answer(
             anthropic,
             408,
