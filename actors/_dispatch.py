@@ -120,14 +120,15 @@ async def run_call(call: Call) -> None:
                     else:
                         source = opened
                         record = None if call._chained else call._record
-                        raw = None if record is None else record.raw
+                        times = None if record is None else record.times
+                        chunks = None if record is None else record.chunks
                         async for chunk in source:
                             call._watch_last = clock.current_time()
                             if call._cause is not None:
                                 break
-                            if raw is not None:  # the call log: time, chunk
-                                raw.append(call._watch_last)
-                                raw.append(chunk)
+                            if chunks is not None:  # the call log: time, chunk
+                                times.append(call._watch_last)  # type: ignore[union-attr]
+                                chunks.append(chunk)
                             cls = type(chunk)
                             if cls is Finish:
                                 finish = chunk  # type: ignore[assignment]
@@ -136,8 +137,8 @@ async def run_call(call: Call) -> None:
                                 saw_block = True
                             elif cls is UsageChunk:
                                 chunk = core.pricer.priced(core, series, call.options, chunk)
-                                if raw is not None:
-                                    raw[-1] = chunk  # the call log keeps the price too
+                                if chunks is not None:
+                                    chunks[-1] = chunk  # the call log keeps the price too
                             else:
                                 finish = _not_a_chunk(cls)
                                 break
@@ -422,12 +423,12 @@ async def _terminal(call: Call, options: GenerateOptions) -> AsyncIterator[Strea
     if isinstance(source, Finish):
         yield source
         return
-    raw = None if call._record is None else call._record.raw
+    record = call._record
     try:
         async for chunk in source:
-            if raw is not None:  # the call log: the adapter's chunk, before any middleware
-                raw.append(trio.current_time())
-                raw.append(chunk)
+            if record is not None:  # the call log: the adapter's chunk, before any middleware
+                record.times.append(trio.current_time())
+                record.chunks.append(chunk)
             # The adapter's own finish is redacted before any middleware sees it.
             yield _scrub_finish(call, chunk) if type(chunk) is Finish else chunk
     except Exception as exc:

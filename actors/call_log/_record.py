@@ -2,7 +2,7 @@
 
 * ``call``: one request an adapter served (one attempt of a retried or routed
   call is one of these): the request exactly as the adapter received it, its
-  digest, who served it, every raw chunk with its offset, the finish, usage;
+  digest, who served it, every raw chunk with its arrival time, the finish, usage;
 * ``retry``: a ``stream_with_retry`` call: its attempts, the call record of
   each, why each was retried, and the final finish;
 * ``routed``: a call to a routing group: the ``call`` records of the
@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 #: The version of the record format; it changes only when a field changes meaning.
-FORMAT_VERSION = 1
+#: 2: a call's chunk times are ``start`` and ``times`` on the runtime's clock (1 had
+#: ``offsets`` from the start, which cost the writer a new float per chunk).
+FORMAT_VERSION = 2
 
 
 class _Record(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="kind"):
@@ -62,8 +64,10 @@ class CallRecord(_Record, frozen=True, kw_only=True, tag="call"):
     request: GenerateOptions
     #: Every chunk the adapter yielded (its finish too, when it sent one), in order.
     chunks: tuple[StreamChunk, ...]
-    #: Per chunk, seconds from the call's start to its arrival.
-    offsets: tuple[float, ...]
+    #: The call's start on the runtime's clock (trio's: seconds, from an arbitrary origin).
+    start: float = 0.0
+    #: Per chunk, its arrival on the same clock (`offsets` subtracts ``start``).
+    times: tuple[float, ...] = ()
     #: The call's terminal finish, as the consumer received it (None: none was made).
     finish: Finish | None = None
     #: The last usage the adapter reported (its ``cost`` too, where it prices calls).
@@ -72,6 +76,12 @@ class CallRecord(_Record, frozen=True, kw_only=True, tag="call"):
     duration: float = 0.0
     #: Set when a middleware raised instead of the call finishing: its exception type.
     middleware_error: str | None = None
+
+    @property
+    def offsets(self) -> tuple[float, ...]:
+        """Per chunk, seconds from the call's start to its arrival."""
+        start = self.start
+        return tuple(t - start for t in self.times)
 
 
 class RetryAttemptRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
