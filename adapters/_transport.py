@@ -533,6 +533,12 @@ class TrioTransport(httpx.AsyncBaseTransport):
             if conn.stopped:
                 # Closed under the read by its response's close() (a stopped call's
                 # closer): the body ends here, with nothing to translate for nobody.
+                # First one yield: the close woke this read in the stop's own pass,
+                # so without it the call's whole unwinding runs in the next pass,
+                # before or after (trio's order is random) the tasks that pass serves
+                # (the live streams' reads, an in-process server seeing the close).
+                # After it, the cleanup of a call that has ended runs behind them.
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 return b""
             on_error()
             if conn.timed_out:

@@ -146,12 +146,18 @@ class LastSteps(trio.abc.Instrument):
 
 
 async def run_llmrt(
-    rt: Any, streams: int, stagger: float, how: str, own_close: list[float]
+    rt: Any,
+    streams: int,
+    stagger: float,
+    how: str,
+    own_close: list[float],
+    finished: list[float] | None = None,
 ) -> dict[int, float]:
     """One round of llmrt streams; returns trio's clock when each stream left.
 
     Appends to ``own_close`` each stream's microseconds from leaving to its own
-    socket close.
+    socket close, and (``abort``) to ``finished`` those from ``abort()`` to the
+    consumer's aborted finish.
     """
     left: dict[int, float] = {}
 
@@ -165,6 +171,8 @@ async def run_llmrt(
             seen = 0
             async for chunk in call:
                 if not isinstance(chunk, llmrt.TextDelta):
+                    if finished is not None and n in left and isinstance(chunk, llmrt.Finish):
+                        finished.append((trio.current_time() - left[n]) * 1e6)
                     continue
                 seen += 1
                 if seen == k and n not in left:
@@ -242,6 +250,7 @@ async def measure(
     }
     offset = trio_offset()
     own_close: dict[str, list[float]] = {"leave": [], "abort": []}
+    abort_to_finish: list[float] = []
     watch_closes()
     async with (
         open_upstream(script) as upstream,
@@ -259,7 +268,14 @@ async def measure(
                 if case == "floor":
                     left = await run_floor(session, streams, stagger, offset)
                 else:
-                    left = await run_llmrt(rt, streams, stagger, case, own_close[case])
+                    left = await run_llmrt(
+                        rt,
+                        streams,
+                        stagger,
+                        case,
+                        own_close[case],
+                        abort_to_finish if case == "abort" else None,
+                    )
                 with trio.fail_after(10):
                     await upstream.wait_all_closed()
                 samples[case] += closes(upstream, first_request, left, odd[case])
@@ -277,6 +293,7 @@ async def measure(
         "offset_drift_ms": drift_ms,
         "anomalies": odd,
         "own_close_us": own_close,
+        "abort_to_finish_us": abort_to_finish,
         "call_last_step_us": steps.us,
     }
 
@@ -324,6 +341,13 @@ def main() -> int:
             results[case]["p99_ms"] <= TARGET_P99_MS
         )
 
+    finished = checks["abort_to_finish_us"]
+    if finished:
+        results["abort"]["abort_to_finish_us"] = {
+            "samples": len(finished),
+            "p50": median(finished),
+            **percentiles(finished),
+        }
     last_steps = checks["call_last_step_us"]
     report: dict[str, Any] = {
         "benchmark": "abandon",
@@ -367,6 +391,12 @@ def main() -> int:
                 f"{case}: leaving -> llmrt's own close() of the socket: p50 {own['p50']:.1f} µs, "
                 f"p99 {own['p99']:.1f} µs ({own['samples']} closes); the rest is the upstream's"
             )
+    finished_us = results["abort"].get("abort_to_finish_us")
+    if finished_us:
+        print(
+            f"abort: abort() -> the consumer's aborted finish: p50 {finished_us['p50']:.1f} µs, "
+            f"p99 {finished_us['p99']:.1f} µs ({finished_us['samples']} finishes)"
+        )
     step = report["call_last_step_us"]
     if step:
         print(
