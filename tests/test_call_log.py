@@ -46,6 +46,7 @@ from llmrt.actors.call_log import (
     RetryRecord,
     RoutedRecord,
     assemble,
+    decode_record,
     find_record,
     log_files,
     read_records,
@@ -57,7 +58,7 @@ from llmrt.adapters.demo import DemoAdapter
 from llmrt.adapters.gemini import GeminiAdapter
 from llmrt.adapters.openai_chat import OpenAIChatAdapter
 from llmrt.adapters.openai_responses import OpenAIResponsesAdapter
-from llmrt.adapters.scripted import ScriptedAdapter, text_script
+from llmrt.adapters.scripted import Delay, ScriptedAdapter, text_script
 from llmrt.testing import ErrorScript, SSEScript, open_upstream, sse_data
 
 WIRE = pathlib.Path(__file__).parent / "wire"
@@ -199,6 +200,42 @@ async def test_a_demo_call_is_rebuilt_from_the_log(tmp_path: pathlib.Path) -> No
     assert seen == [record.request]
     check_rebuilt(record, chunks)
     assert any(type(b).__name__ == "ToolCallBlock" for b in assemble(record).blocks())
+
+
+async def test_chunk_times_are_the_call_clock_and_offsets_count_from_its_start(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Real time (the log's writer is a thread, which a mock clock would jump past).
+    script = [Delay(0.02), *text_script(["a"])[:2], Delay(0.04), *text_script(["a"])[2:]]
+    options = GenerateOptions(provider="p", model="m", messages=(user_message("hi"),))
+    with trio.fail_after(30):
+        async with llmrt.open_runtime(call_log=tmp_path) as rt:
+            await rt.register_adapter(["p"], ScriptedAdapter(script))
+            began = trio.current_time()
+            chunks, record_id = await stream(rt, options)
+            ended = trio.current_time()
+    record = the_call(tmp_path, record_id)
+    check_rebuilt(record, chunks)
+    assert record.v == 2 and began <= record.start <= record.times[0] <= ended
+    assert len(record.times) == len(record.chunks) == 5
+    assert record.offsets == tuple(t - record.start for t in record.times)
+    first, _, third, _, last = record.offsets
+    # ``duration`` is rounded to the microsecond.
+    assert first >= 0.02 and first + 0.04 <= third <= last <= record.duration + 1e-6
+
+
+def test_a_version_1_record_reads_without_chunk_times() -> None:
+    line = json.dumps(
+        {
+            "kind": "call", "v": 1, "id": "ab-1", "at": 1.0, "provider": "p",
+            "registration": 1, "adapter": "A", "model": "m", "digest": "sha256:00",
+            "request": {"provider": "p", "model": "m", "messages": []},
+            "chunks": [], "offsets": [0.5],
+        }
+    )  # fmt: skip
+    record = decode_record(line)
+    assert isinstance(record, CallRecord)
+    assert record.v == 1 and record.times == () and record.offsets == ()
 
 
 # ---- where the logged request differs from the caller's ----------------------------------------
