@@ -323,7 +323,7 @@ class Page:
         return WebDriverWait(
             self.d,
             timeout,
-            poll_frequency=0.02,
+            poll_frequency=0.05,
             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
         ).until(lambda _: what(), message=message)
 
