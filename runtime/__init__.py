@@ -13,6 +13,8 @@ features), `llmrt.adapter` (what implementing an adapter needs),
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._adapter import Adapter as Adapter
 from ._assembler import BlockAssembler as BlockAssembler
 from ._chunks import BlockEnd as BlockEnd
@@ -61,7 +63,6 @@ from ._errors import ErrorCode as ErrorCode
 from ._errors import LlmError as LlmError
 from ._errors import LlmFailure as LlmFailure
 from ._errors import failure_of as failure_of
-from ._identity import app_identity as _app_identity
 from ._request import CallConfigDefaults as CallConfigDefaults
 from ._request import GenerateOptions as GenerateOptions
 from ._request import JsonObjectFormat as JsonObjectFormat
@@ -83,7 +84,8 @@ from ._retry import RetryEvent as RetryEvent
 from ._retry import RetryScheduled as RetryScheduled
 from ._retry import default_retry_policy as default_retry_policy
 
-__version__: str = _app_identity().version
+if _TYPE_CHECKING:  # bound on first use by `__getattr__`, from the installed metadata
+    __version__: str
 
 # The runtime lives in llmrt.actors. Its modules import the vocabulary from the
 # defining modules (llmrt._chunks, ...), never from this namespace, so this
@@ -191,6 +193,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    # ``__version__`` is read from the installed metadata on first use: importing
+    # ``importlib.metadata`` (email, zipfile, csv) would cost every process's start.
+    if name == "__version__":
+        from ._identity import app_identity
+
+        return app_identity().version
     # ``llmrt.aio`` (asyncio programs) is loaded on first use: a trio program never imports it.
     if name == "aio":
         import importlib

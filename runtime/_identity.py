@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from importlib import metadata
 
 from ._wire import Wire
 
@@ -21,6 +20,8 @@ class AppIdentity(Wire, frozen=True):
 @functools.cache
 def app_identity() -> AppIdentity:
     """llmrt's identity, with version and URL read from the installed package metadata."""
+    from importlib import metadata  # on first use: it costs a process start ~10 ms
+
     try:
         meta = metadata.metadata("llmrt")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare source tree

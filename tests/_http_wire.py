@@ -42,13 +42,13 @@ def big_script() -> Iterator[Step]:
 
 
 def quiet_script() -> list[Step]:
-    """Text, a second of silence, more text."""
-    return [*text_script()[:2], Delay(1.0), *text_script()[2:]]
+    """Text, half a second of silence (five ping intervals of the tests), more text."""
+    return [*text_script()[:2], Delay(0.5), *text_script()[2:]]
 
 
 def silent_start_script() -> list[Step]:
-    """A block start that encodes to nothing, a second of silence, then the text."""
-    return [text_script()[0], Delay(1.0), *text_script()[1:]]
+    """A block start that encodes to nothing, half a second of silence, then the text."""
+    return [text_script()[0], Delay(0.5), *text_script()[1:]]
 
 
 def late_script() -> list[Step]:

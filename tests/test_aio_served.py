@@ -55,8 +55,8 @@ async def _rest(stderr: trio.abc.ReceiveStream, seen: bytearray) -> None:
 async def test_a_client_leaving_the_sse_stream_closes_the_upstream(tmp_path: Path) -> None:
     (tmp_path / "sse_app.py").write_text(_app_source(), encoding="utf-8")
     words = [f" w{i}" for i in range(EVENTS)]
-    # 50 ms apart: the whole answer would take 5 s; the client leaves after half.
-    script = SSEScript(events=openai_events(words), delay=0.05)
+    # 30 ms apart: the whole answer would take 3 s; the client leaves after half.
+    script = SSEScript(events=openai_events(words), delay=0.03)
     with trio.fail_after(60):
         async with open_upstream(script) as upstream:
             env = {

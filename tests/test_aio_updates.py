@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 import trio
+from _settle import wait_until
 
 import llmrt.aio
 from llmrt.adapters.scripted import ScriptedAdapter, text_script
@@ -96,22 +97,25 @@ def test_leaving_the_block_ends_the_subscription_and_closing_ends_the_iteration(
                 assert rt._host.now(lambda: registry.subscriber_count) == 1
             assert rt._host.now(lambda: registry.subscriber_count) == 0
             seen: list[None] = []
+            woken = asyncio.Event()
 
             async def watch() -> None:
                 async with rt.adapters_updated() as updates:
                     async for item in updates:
                         seen.append(item)
+                        woken.set()
 
             watcher = asyncio.ensure_future(watch())
-            for _ in range(1000):  # until the watcher has subscribed
-                if rt._host.now(lambda: registry.subscriber_count):
-                    break
-                await asyncio.sleep(0)
+            # Until the watcher has subscribed: waited for in the trio run, where
+            # the count changes (a count of loop turns is no bound on a loaded machine).
+            await rt._host.run(
+                lambda: wait_until(lambda: registry.subscriber_count > 0, settle=False)
+            )
             assert rt._host.now(lambda: registry.subscriber_count) == 1
             await rt.register_adapter(["p"], _adapter())
             await _settle(rt)
-            for _ in range(3):
-                await asyncio.sleep(0)  # the watcher takes its wake-up
+            async with asyncio.timeout(5):
+                await woken.wait()  # the watcher takes its wake-up
         # The runtime closed under the subscription: the iteration ended, no error.
         async with asyncio.timeout(5):
             await watcher

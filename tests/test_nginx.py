@@ -50,7 +50,8 @@ def test_nginx_is_installed() -> None:
 async def test_nginx_spreads_300_clients_and_a_killed_gateway_loses_only_its_own(
     tmp_path: Path,
 ) -> None:
-    config = slow_demo_config(tmp_path, tokens_per_second=1)
+    # Two tokens a second: every call is mid-stream for ten seconds and more.
+    config = slow_demo_config(tmp_path, tokens_per_second=2)
     env = {"LLMRT_GATEWAY_TOKEN": TOKEN}
     async with AsyncExitStack() as stack:
         gateways: list[Served] = [
@@ -151,8 +152,9 @@ async def test_nginx_spreads_300_clients_and_a_killed_gateway_loses_only_its_own
 
 async def test_an_http_api_stream_passes_through_nginx_as_it_comes(tmp_path: Path) -> None:
     # docs/deploy.md's location block (proxy_buffering off) in front of one gateway; the
-    # route streams 10 tokens a second, so a buffering proxy would hold every event back.
-    config = slow_demo_config(tmp_path, tokens_per_second=10)
+    # route streams 20 tokens a second (the answer lasts about 2 s), so a buffering proxy
+    # would hold every event back.
+    config = slow_demo_config(tmp_path, tokens_per_second=20)
     async with AsyncExitStack() as stack:
         gateway = await stack.enter_async_context(serving("--config", str(config)))
         port = await gateway.port()

@@ -162,6 +162,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
 
 
+@pytest.fixture(scope="module")
+def token_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway that wants `TOKEN`, for the tests that only connect to it (each from a new tab)."""
+    with running(tmp_path_factory.mktemp("token-gateway"), token=TOKEN) as gw:
+        yield gw
+
+
 # ---- a static server for the page (a foreign origin) ----------------------------------------
 
 
@@ -323,7 +330,7 @@ class Page:
         return WebDriverWait(
             self.d,
             timeout,
-            poll_frequency=0.02,
+            poll_frequency=0.05,
             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
         ).until(lambda _: what(), message=message)
 
@@ -625,30 +632,30 @@ def test_the_usage_line_shows_the_price(tmp_path: pathlib.Path, page: Page) -> N
         assert_no_console_errors(page)
 
 
-def test_token_wrong_then_right(tmp_path: pathlib.Path, page: Page) -> None:
-    with running(tmp_path, token=TOKEN) as gw:
-        page.open(page_url(gw))
-        # No token: refused, and said so.
-        assert page.wait_text("error", "AUTH: ").startswith("AUTH: ")
-        assert page.text("status").startswith("closed")
-        page.fill("token", "wrong-token")
-        page.el("reconnect").click()
-        page.wait_text("error", "the token is wrong")
-        assert page.text("status").startswith("closed")
-        page.fill("token", TOKEN)
-        page.el("reconnect").click()
-        page.wait_open()
-        assert page.text("error") == ""
-        page.send("with a token")
-        page.wait_text("finish", "finish: stop")
-        # The token is kept for this tab only, for this gateway's origin only,
-        # and never put in the URL.
-        key = f"llmrt.playground.token:ws://127.0.0.1:{gw.port}"
-        assert page.js("return sessionStorage.getItem(arguments[0])", key) == TOKEN
-        assert page.js("return Object.keys(sessionStorage)") == [key]
-        assert page.js("return localStorage.length") == 0
-        assert TOKEN not in page.d.current_url
-        assert_no_console_errors(page, allowed_network=(gw.ws_url,))
+def test_token_wrong_then_right(token_gateway: Gateway, page: Page) -> None:
+    gw = token_gateway
+    page.open(page_url(gw))
+    # No token: refused, and said so.
+    assert page.wait_text("error", "AUTH: ").startswith("AUTH: ")
+    assert page.text("status").startswith("closed")
+    page.fill("token", "wrong-token")
+    page.el("reconnect").click()
+    page.wait_text("error", "the token is wrong")
+    assert page.text("status").startswith("closed")
+    page.fill("token", TOKEN)
+    page.el("reconnect").click()
+    page.wait_open()
+    assert page.text("error") == ""
+    page.send("with a token")
+    page.wait_text("finish", "finish: stop")
+    # The token is kept for this tab only, for this gateway's origin only,
+    # and never put in the URL.
+    key = f"llmrt.playground.token:ws://127.0.0.1:{gw.port}"
+    assert page.js("return sessionStorage.getItem(arguments[0])", key) == TOKEN
+    assert page.js("return Object.keys(sessionStorage)") == [key]
+    assert page.js("return localStorage.length") == 0
+    assert TOKEN not in page.d.current_url
+    assert_no_console_errors(page, allowed_network=(gw.ws_url,))
 
 
 def test_gateway_stopped_then_back(tmp_path: pathlib.Path, page: Page) -> None:
@@ -779,9 +786,10 @@ def connect_src(headers: dict[str, str]) -> str:
 
 
 def test_a_gateway_named_in_the_url_gets_no_handshake_and_no_token(
-    tmp_path: pathlib.Path, page: Page
+    tmp_path: pathlib.Path, token_gateway: Gateway, page: Page
 ) -> None:
-    with running(tmp_path, token=TOKEN) as gw, fake_gateway() as other:
+    gw = token_gateway
+    with fake_gateway() as other:
         lure = gw.http_url + "?gateway=" + urllib.parse.quote(other.ws_url, safe="")
         # The operator connects with the gateway's token: it is kept in the tab.
         page.open(page_url(gw))

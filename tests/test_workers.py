@@ -177,7 +177,7 @@ async def test_workers_share_the_port_and_a_killed_worker_is_replaced(tmp_path: 
 
 async def test_sigterm_drains_every_worker(tmp_path: Path) -> None:
     config = slow_demo_config(tmp_path, tokens_per_second=4)
-    args = ("--workers", "3", "--config", str(config), "--drain-delay", "3")
+    args = ("--workers", "3", "--config", str(config), "--drain-delay", "1.5")
     async with serving(*args, "--shutdown-grace", "0.5") as served:
         port = await served.port()
         await ready_pids(served, 3)

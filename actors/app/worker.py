@@ -32,7 +32,7 @@ from llmrt import ErrorCode, LlmFailure
 from ..gateway import ReloadReport, WorkerReload, serve_gateway
 from ..gateway._metrics import Figures
 from . import config as configuration
-from ._collector import tune_for_serving
+from ._collector import freeze_for_exit, tune_for_serving
 from ._reload import ServedConfig, describe_reload, served_config
 from .cli import parse_args
 from .cli._serving import call_log_settings, serve_middleware, serve_options, stop_gateway
@@ -194,4 +194,8 @@ def worker_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(worker_main(sys.argv[1:]))
+    try:
+        status = worker_main(sys.argv[1:])
+    finally:
+        freeze_for_exit()  # the worker exits next (see _collector)
+    sys.exit(status)

@@ -51,7 +51,16 @@ from llmrt import LlmError
 
 from ._command import Command, CommandError, CommandModule, Streams, sole_cause
 
-__all__ = ["COMMANDS", "Command", "CommandError", "Streams", "build_parser", "main", "parse_args"]
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "CommandError",
+    "Streams",
+    "build_parser",
+    "console",
+    "main",
+    "parse_args",
+]
 
 #: Every subcommand, in the order ``llmrt --help`` lists them.
 COMMANDS: tuple[Command, ...] = (
@@ -226,3 +235,17 @@ def main(
         # Ctrl-C before the call's own handler was installed (or after it ended).
         print("llmrt: interrupted", file=err)
         return 130
+
+
+def console() -> int:
+    """The ``llmrt`` command of this process (the console script, ``python -m``): `main`.
+
+    The process exits next: what the command allocated is frozen out of the
+    collector's sight first (`llmrt.actors.app._collector.freeze_for_exit`).
+    """
+    try:
+        return main()
+    finally:
+        from .._collector import freeze_for_exit
+
+        freeze_for_exit()

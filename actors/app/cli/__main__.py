@@ -1,7 +1,7 @@
-"""``python -m llmrt.actors.app.cli``: the ``llmrt`` command (the console script's `main`)."""
+"""``python -m llmrt.actors.app.cli``: the ``llmrt`` command (the console script's `console`)."""
 
 import sys
 
-from . import main
+from . import console
 
-sys.exit(main())
+sys.exit(console())
