@@ -80,14 +80,6 @@ __all__ = ["open_runtime", "LlmRuntime", "PreparedCall", "retry_policy_of"]
 _CALL_TASK_NAME = "llmrt.call"
 
 DEFAULT_IDLE_TIMEOUT = 300.0
-
-#: Ended calls `RuntimeCore.call_ended` keeps before counting them in one pass.
-ENDED_BATCH = 64
-#: One ended call as `call_ended` keeps it: series, delivered finish, middleware
-#: failed, abort latency, chunks forwarded, dropped, started, first chunk, ended.
-_EndedCall = tuple[
-    CallSeries, Finish | None, bool, float | None, int, int, float | None, float, float
-]
 _discovered_decoder = msgspec.json.Decoder(tuple[DiscoveredModel, ...])
 
 
@@ -156,8 +148,6 @@ class RuntimeCore:
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
     _all_ended: trio.Event = attrs.field(factory=trio.Event)
-    #: Ended calls not counted yet (`call_ended`, `count_ended`).
-    _ended_calls: list[_EndedCall] = attrs.field(factory=list)
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -200,65 +190,35 @@ class RuntimeCore:
         first: float = 0.0,
         ended: float = 0.0,
     ) -> None:
-        """Count ``call`` out, with its adapter work: chunks, time to the first one,
-        duration (trio clock readings; ``started`` None: it did no adapter work;
-        ``first`` means nothing when nothing was ``forwarded``).
-
-        The in-flight count changes at once; the rest is kept as one tuple and
-        counted with the calls that ended near it, `ENDED_BATCH` at a time or
-        when statistics are read (`count_ended`), so a snapshot is always exact.
-        Counted one by one, each ended call's task touched the counters and
-        histograms cold: a quarter of a stopped call's last scheduler step.
-        """
+        """Count ``call`` out, with its adapter work in one step: chunks, time to the
+        first one, duration (trio clock readings; ``started`` None: it did no adapter
+        work; ``first`` means nothing when nothing was ``forwarded``)."""
         self.calls.discard(call)
-        self.stats.calls_in_flight -= 1
-        ended_calls = self._ended_calls
-        ended_calls.append(
-            (series, delivered, middleware_failed, abort_latency, forwarded, dropped,
-             started, first, ended)
-        )  # fmt: skip
-        if len(ended_calls) >= ENDED_BATCH:
-            self.count_ended()
+        stats = self.stats
+        stats.calls_in_flight -= 1
+        if started is not None:
+            stats.chunks_forwarded += forwarded
+            stats.chunks_dropped += dropped
+            series.worked(forwarded, started, first, ended)
+        if middleware_failed:
+            stats.middleware_errors += 1
+        if abort_latency is not None:
+            stats.abort_to_finish.observe(abort_latency)
+        if delivered is None:
+            stats.finished["consumer-left"] += 1
+            series.ended("consumer-left", "")
+        else:
+            reason = delivered.reason
+            kind: str = reason.__struct_config__.tag  # type: ignore[assignment]
+            stats.finished[kind] += 1
+            if type(reason) is FinishError or type(reason) is FinishAborted:
+                code = str(reason.failure.code)
+                stats.failures[code] += 1
+                series.ended(kind, code)
+            else:
+                series.ended(kind, "")
         if self.closing and not self.calls:
             self._all_ended.set()
-
-    def count_ended(self) -> None:
-        """Count the ended calls `call_ended` kept into the statistics."""
-        ended_calls, self._ended_calls = self._ended_calls, []
-        stats = self.stats
-        finished = stats.finished
-        for (
-            series,
-            delivered,
-            middleware_failed,
-            abort_latency,
-            forwarded,
-            dropped,
-            started,
-            first,
-            ended,
-        ) in ended_calls:
-            if started is not None:
-                stats.chunks_forwarded += forwarded
-                stats.chunks_dropped += dropped
-                series.worked(forwarded, started, first, ended)
-            if middleware_failed:
-                stats.middleware_errors += 1
-            if abort_latency is not None:
-                stats.abort_to_finish.observe(abort_latency)
-            if delivered is None:
-                finished["consumer-left"] += 1
-                series.ended("consumer-left", "")
-            else:
-                reason = delivered.reason
-                kind: str = reason.__struct_config__.tag  # type: ignore[assignment]
-                finished[kind] += 1
-                if type(reason) is FinishError or type(reason) is FinishAborted:
-                    code = str(reason.failure.code)
-                    stats.failures[code] += 1
-                    series.ended(kind, code)
-                else:
-                    series.ended(kind, "")
 
     def retry_scheduled(self, code: str) -> None:
         self.stats.retries[code] += 1
@@ -267,7 +227,6 @@ class RuntimeCore:
         self.stats.attempts[attempts] += 1
 
     def statistics(self) -> RuntimeStatistics:
-        self.count_ended()
         stats = self.stats
         # The watchdog counts its own firings; the snapshot reports them with the rest.
         stats.watchdog_firings = self.watchdog.firings

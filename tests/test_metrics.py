@@ -23,7 +23,6 @@ from llmrt import (
     NormalRetryPolicy,
     TextDelta,
 )
-from llmrt.actors._runtime import ENDED_BATCH
 from llmrt.actors._statistics import HistogramSnapshot
 from llmrt.actors._stats import (
     ABORT_BUCKETS,
@@ -165,28 +164,6 @@ async def test_metrics_after_scripted_calls_equal_the_runtime_statistics(
             )
         check_histogram(samples, "llmrt_abort_to_finish_seconds", stats.abort_to_finish)
         assert value(samples, "llmrt_registrations") == stats.registrations == 1
-
-
-async def test_statistics_count_every_ended_call_on_either_side_of_a_batch(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    # Ended calls are counted ENDED_BATCH at a time, or when statistics are read:
-    # every read is exact, below a batch, at it and past it.
-    async with llmrt.open_runtime() as rt:
-        await rt.register_adapter(["p"], ScriptedAdapter(script))
-        ended = 0
-        for calls in (1, ENDED_BATCH - 2, 1, ENDED_BATCH + 3):
-            for _ in range(calls):
-                await drain(rt.stream(opts("ok")))
-            ended += calls
-            stats = rt.statistics()
-            assert stats.calls_in_flight == 0 and stats.calls_started == ended
-            (provider,) = stats.providers
-            assert [(e.reason, e.count) for e in provider.calls_finished] == [("stop", ended)]
-            # Two text deltas, a block start and end, usage: five chunks per call.
-            assert stats.chunks_forwarded == provider.chunks_forwarded == 5 * ended
-            (duration,) = stats.call_duration
-            assert sum(duration.histogram.counts) == ended
 
 
 async def test_labels_stay_bounded_under_a_thousand_model_and_provider_names() -> None:
