@@ -362,7 +362,7 @@ class Page:
             lambda: needle in self.text(testid),
             timeout,
             f"{testid!r} never showed {needle!r} (it shows {self.text(testid)!r}; "
-            f"error: {self.text('error')!r})",
+            f"error: {self.text('error')!r}; note: {self.text('connection-note')!r})",
         )
         return self.text(testid)
 
