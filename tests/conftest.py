@@ -12,8 +12,8 @@ Hypothesis profiles: ``$LLMRT_HYPOTHESIS_PROFILE`` selects one. ``dev`` (the
 default) runs a fifth of every property test's examples, so the suite stays
 quick to run while working; ``ci`` (what ``.ci/run`` sets) runs the full count.
 
-Keeping the suite cheap (``scripts/test`` runs it on two processes with
-``--dist loadfile``, so each file stays in one process):
+Keeping the suite cheap (``scripts/test`` runs it on twice as many processes
+as there are CPUs, with ``--dist loadfile``, so each file stays in one process):
 
 - Most of the suite's time is child interpreters (each ``llmrt`` CLI process,
   ``llmrt serve`` or doc example imports trio, httpx and llmrt afresh). Start

@@ -46,7 +46,9 @@ def _shim(directory: pathlib.Path, name: str, body: str) -> None:
 class Machine:
     """A temporary directory posing as a machine with some of the packages."""
 
-    def __init__(self, root: pathlib.Path, *, uid: int, installed: set[str], sudo: bool) -> None:
+    def __init__(
+        self, root: pathlib.Path, *, uid: int, installed: set[str], sudo: bool, cpus: int = 2
+    ) -> None:
         self.bin = root / "bin"
         self.bin.mkdir()
         self.log = root / "log"
@@ -59,6 +61,7 @@ class Machine:
             (self.bin / tool).symlink_to(_real(tool))
         chmod, mkdir, cp = _real("chmod"), _real("mkdir"), _real("cp")
         _shim(self.bin, "id", f'[ "$1" = -u ] && echo {uid}\n')
+        _shim(self.bin, "nproc", f"echo {cpus}\n")
         for package in installed:
             _shim(self.bin, COMMANDS[package], "exit 0\n")
         # apt-get "installs" a package by putting its command on PATH.
@@ -196,8 +199,8 @@ def test_missing_packages_are_installed_then_pytest_runs(
         "venv-python -I -",
         "venv-python -c " + venv_calls[2].removeprefix("venv-python -c "),
         "venv-python -m pip install -q .[test]",
-        # pytest last, on two processes by file, with the arguments given.
-        "venv-python -m pytest -n 2 --dist loadfile -q tests/test_demo.py",
+        # pytest last, on two processes per CPU by file, with the arguments given.
+        "venv-python -m pytest -n 4 --dist loadfile -q tests/test_demo.py",
     ]
 
 
@@ -209,7 +212,18 @@ def test_with_every_package_present_nothing_is_installed(tmp_path: pathlib.Path)
     assert not any("apt-get" in c for c in machine.calls())
     # The venv existed: not created again; the project is installed, then pytest runs.
     assert not any(c.startswith("python3 -m venv") for c in machine.calls())
-    assert machine.calls()[-1] == "venv-python -m pytest -n 2 --dist loadfile -k demo"
+    assert machine.calls()[-1] == "venv-python -m pytest -n 4 --dist loadfile -k demo"
+
+
+@pytest.mark.parametrize(("cpus", "jobs"), [(1, 2), (3, 6), (4, 8), (16, 8)])
+def test_pytest_runs_on_two_processes_per_cpu_at_most_eight(
+    tmp_path: pathlib.Path, cpus: int, jobs: int
+) -> None:
+    machine = Machine(tmp_path, uid=0, installed=set(COMMANDS), sudo=False, cpus=cpus)
+    machine.make_venv()
+    result = machine.run("-q")
+    assert result.returncode == 0, result
+    assert machine.calls()[-1] == f"venv-python -m pytest -n {jobs} --dist loadfile -q"
 
 
 def test_an_editable_install_stays_editable_and_is_refreshed_with_pyproject(
@@ -225,19 +239,19 @@ def test_an_editable_install_stays_editable_and_is_refreshed_with_pyproject(
     machine.log.write_text("")
     assert machine.run().returncode == 0
     assert [c for c in machine.calls() if "pip" in c] == []
-    assert machine.calls()[-1] == "venv-python -m pytest -n 2 --dist loadfile"
+    assert machine.calls()[-1] == "venv-python -m pytest -n 4 --dist loadfile"
 
 
 @pytest.mark.parametrize(
     ("args", "jobs", "pytest"),
     [
-        ((), "4", "-n 4 --dist loadfile"),
+        ((), "3", "-n 3 --dist loadfile"),
         ((), "0", "-n 0 --dist loadfile"),
         (("-n", "3", "-q"), None, "-n 3 -q"),
         (("-n1",), "4", "-n1"),
         (("--numprocesses=auto",), None, "--numprocesses=auto"),
         (("-p", "no:xdist", "-x"), None, "-p no:xdist -x"),
-        (("-k", "n"), None, "-n 2 --dist loadfile -k n"),
+        (("-k", "n"), None, "-n 4 --dist loadfile -k n"),
     ],
     ids=["jobs", "jobs-0", "caller-n", "caller-n1", "numprocesses", "no-xdist", "not-an-n"],
 )
@@ -277,4 +291,4 @@ def test_pytest_runs_with_a_bytecode_cache_never_beside_the_sources_when_told_no
     result = machine.run("-q", **environ)
     assert result.returncode == 0, result
     expected = seen.format(venv=machine.venv)
-    assert machine.calls()[-1] == f"venv-python -m pytest -n 2 --dist loadfile -q ({expected})"
+    assert machine.calls()[-1] == f"venv-python -m pytest -n 4 --dist loadfile -q ({expected})"
