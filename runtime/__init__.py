@@ -84,7 +84,7 @@ from ._retry import RetryEvent as RetryEvent
 from ._retry import RetryScheduled as RetryScheduled
 from ._retry import default_retry_policy as default_retry_policy
 
-if _TYPE_CHECKING:  # bound on first use by `__getattr__`, from the installed metadata
+if _TYPE_CHECKING:  # answered by `__getattr__`, from the installed metadata
     __version__: str
 
 # The runtime lives in llmrt.actors. Its modules import the vocabulary from the
