@@ -6,6 +6,10 @@ in a temporary directory: a ``python`` block as a program (which must use
 every function it defines: one that only defines tests or a ``main`` runs
 nothing), a ``toml`` block through ``load_config``, ``sh`` and ``console``
 commands through ``bash``, each with the setup its ``needs:`` names.
+
+The programs run in processes forked from one warm interpreter
+(tests/_warm_python.py): each its own ``__main__``, with a new namespace,
+but the interpreter's start and the SDKs' imports paid once for the module.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import ast
 import importlib
 import inspect
 import re
+import subprocess
 import sys
 import sysconfig
 import tomllib
@@ -23,8 +28,20 @@ from xml.etree import ElementTree
 
 import attrs
 import pytest
-from _doc_commands import REPO, Background, Env, clean_env, passed, run, run_steps, shims, steps
+from _doc_commands import (
+    REPO,
+    TIMEOUT,
+    Background,
+    Env,
+    clean_env,
+    passed,
+    run,
+    run_steps,
+    shims,
+    steps,
+)
 from _doc_examples import DocError, Example, collect, parse, program, unused_functions
+from _warm_python import WarmPython
 
 from llmrt.actors.app.config import load_config
 
@@ -45,6 +62,17 @@ def plain(tmp_path: Path) -> Env:
 
 
 @pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPython]:
+    """The module's python blocks' interpreter (tests/_warm_python.py)."""
+    tmp = tmp_path_factory.mktemp("warm")
+    python = WarmPython(clean_env(tmp), tmp)
+    try:
+        yield python
+    finally:
+        python.close()
+
+
+@pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One ``llmrt serve`` on the demo for the module's ``needs: gateway`` examples."""
     tmp = tmp_path_factory.mktemp("gateway")
@@ -60,14 +88,29 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 # ---- the setups --------------------------------------------------------------------------------
 
 
-def run_python(example: Example, where: Env) -> None:
+def imported(code: str) -> set[str]:
+    """The top-level packages a program imports (``import a.b``, ``from a import b``: ``a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.partition(".")[0])
+    return found
+
+
+def run_python(example: Example, where: Env, warm: WarmPython) -> None:
     # A program that only defines functions (tests without ``needs: pytest``, a
     # ``main`` never run) would pass without running anything.
     unused = unused_functions(example.code)
     assert unused == [], f"{example.id} defines and never runs {unused}"
     path = where.cwd / (Path(example.doc).name + ".py")
     path.write_text(program(example, where.address), encoding="utf-8")
-    passed(run([where.python, str(path)], where))
+    assert where.python == sys.executable, "a python block runs in this environment's python"
+    ran = warm.run(
+        path, cwd=where.cwd, env=where.env, imports=imported(example.code), timeout=TIMEOUT
+    )
+    passed(ran)
 
 
 def page_file(example: Example, name: str) -> Example:
@@ -265,7 +308,7 @@ def test_the_example_runs(example: Example, plain: Env, request: pytest.FixtureR
     elif example.lang == "python" and "pytest" in example.needs:
         check_pytest(example, request.getfixturevalue("pytest_pages")(example.doc))
     elif example.lang == "python":
-        run_python(example, where)
+        run_python(example, where, request.getfixturevalue("warm"))
     elif example.lang == "toml" and example.file_name == "pyproject.toml":
         tomllib.loads(example.code)  # the page's pytest configuration, used by its tests
     elif example.lang == "toml":
@@ -298,15 +341,15 @@ def _example(lang: str, code: str) -> Example:
     return Example("page.md", 10, lang, code)
 
 
-def test_a_failing_program_fails_with_its_line_in_the_page(plain: Env) -> None:
+def test_a_failing_program_fails_with_its_line_in_the_page(plain: Env, warm: WarmPython) -> None:
     # The fence is on line 10: the third line of the block is line 13 of the page.
     with pytest.raises(pytest.fail.Exception, match=r'page\.md\.py", line 13'):
-        run_python(_example("python", "import llmrt\n\nllmrt.no_such_name\n"), plain)
+        run_python(_example("python", "import llmrt\n\nllmrt.no_such_name\n"), plain, warm)
 
 
-def test_a_program_that_runs_nothing_is_refused(plain: Env) -> None:
+def test_a_program_that_runs_nothing_is_refused(plain: Env, warm: WarmPython) -> None:
     with pytest.raises(AssertionError, match=r"never runs \['main'\]"):
-        run_python(_example("python", "async def main():\n    raise SystemExit(1)\n"), plain)
+        run_python(_example("python", "async def main():\n    raise SystemExit(1)\n"), plain, warm)
 
 
 def test_console_output_must_be_printed(plain: Env) -> None:
@@ -336,3 +379,44 @@ def test_pip_only_checks_what_is_installed(plain: Env) -> None:
         run_steps(_example("sh", 'pip install "llmrt[nope]"\n'), plain)
     with pytest.raises(pytest.fail.Exception, match="runs only `pip install llmrt"):
         run_steps(_example("sh", "pip install requests\n"), plain)
+
+
+def test_a_warm_program_runs_as_python_runs_a_file(plain: Env, warm: WarmPython) -> None:
+    # The server has llmrt imported; the program's namespace is still new, its
+    # folder is sys.path[0], its exit status, streams and atexit handlers its own.
+    (plain.cwd / "sibling.py").write_text("VALUE = 7\n", encoding="utf-8")
+    path = plain.cwd / "prog.py"
+    path.write_text(
+        "import atexit, os, sys\n"
+        "import sibling\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "print(__name__, sys.argv == [__file__], sibling.VALUE, os.getcwd(), os.environ['MARK'])\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "try:\n"
+        "    llmrt\n"
+        "except NameError:\n"
+        "    print('llmrt is not bound')\n"
+        "sys.exit(3)\n",
+        encoding="utf-8",
+    )
+    env = {**plain.env, "MARK": "marked"}
+    ran = warm.run(path, cwd=plain.cwd, env=env, imports={"llmrt", "sys"}, timeout=TIMEOUT)
+    assert ran.returncode == 3
+    assert ran.stdout.splitlines() == [
+        f"__main__ True 7 {plain.cwd} marked",
+        "llmrt is not bound",
+        "atexit ran",
+    ]
+    assert ran.stderr == "to stderr\n"
+
+
+def test_a_warm_program_past_its_time_is_killed(plain: Env, warm: WarmPython) -> None:
+    path = plain.cwd / "slow.py"
+    path.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm.run(path, cwd=plain.cwd, env=plain.env, imports=set(), timeout=0.5)
+    # The server is still there for the next program.
+    path.write_text("print('next')\n", encoding="utf-8")
+    assert warm.run(path, cwd=plain.cwd, env=plain.env, imports=set(), timeout=TIMEOUT).stdout == (
+        "next\n"
+    )
