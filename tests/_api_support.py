@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import anthropic
-import httpx2
 import msgspec
-import openai
+from _sdks import anthropic, httpx2, openai
 
 from llmrt import (
     BlockAssembler,

@@ -28,8 +28,12 @@ as there are CPUs, with ``--dist loadfile``, so each file stays in one process):
   ``_ports.free_port``: it draws from this worker's own slice, outside port 0's range.
 - The built-in demo route is unpaced (``$LLMRT_DEMO_TOKENS_PER_SECOND`` is
   ``0``, set below, inherited by child processes).
-- Once collected, the session's objects (every test module, the SDKs they
-  import, the items) are frozen out of the cyclic collector's sight
+- Every process collects every file: a test module imports at its top only
+  what collection needs. The provider SDKs (2.5 s of CPU) are deferred
+  (``_sdks.py``), and the files that use them are one unit of work
+  (`SDK_FILES`), so one process imports them.
+- Once collected, the session's objects (every test module, the items) are
+  frozen out of the cyclic collector's sight
   (`pytest_collection_finish`): each later collection would scan them again
   and find nothing. Objects that tests make are collected as ever.
 - Property tests take ``max_examples=examples(full)`` (or the profile's
@@ -116,6 +120,37 @@ LONG_FILES = (
     "test_cassette_pytest.py",
     "test_gateway_admission.py",
 )
+
+
+#: The files that use the provider SDKs (``_sdks.py``): one process runs them
+#: all, in `LONG_FILES` order, so that only it imports the SDKs (2.5 s of CPU).
+SDK_FILES = frozenset(
+    {
+        "test_api_chat.py",
+        "test_api_errors.py",
+        "test_api_ledger.py",
+        "test_api_messages.py",
+        "test_api_replay.py",
+        "test_api_responses.py",
+        "test_http_api.py",
+        "test_http_api_wire.py",
+    }
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with `SDK_FILES` one unit of work instead of one per file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "the provider SDKs' files" if path.rpartition("/")[2] in SDK_FILES else path
+
+    return Scheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

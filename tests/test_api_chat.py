@@ -6,7 +6,6 @@ import base64
 from typing import Any
 
 import msgspec
-import openai
 import pytest
 from _api_support import (
     ARGUMENTS,
@@ -23,7 +22,7 @@ from _api_support import (
     text_script,
     tool_script,
 )
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from _sdks import openai
 
 import llmrt
 from llmrt import (
@@ -156,7 +155,7 @@ def test_every_chunk_validates_against_the_sdk_type(script: list[Any]) -> None:
     events = payloads(sent)
     assert events[-1] == "[DONE]"
     for event in events[:-1]:
-        ChatCompletionChunk.model_validate(event, strict=True)
+        openai.types.chat.ChatCompletionChunk.model_validate(event, strict=True)
 
 
 def test_ping_is_a_comment_every_client_skips() -> None:
@@ -168,7 +167,7 @@ def test_ping_is_a_comment_every_client_skips() -> None:
 # ---- the SDK's accumulator agrees ----------------------------------------------------------
 
 
-def streamed_by_sdk(script: list[Any], **request: Any) -> ChatCompletion:
+def streamed_by_sdk(script: list[Any], **request: Any) -> openai.types.chat.ChatCompletion:
     def answer(raw: bytes) -> Any:
         call = decode_chat(raw)
         return sse_response(encode_all(call.encoder(), script))
@@ -195,7 +194,7 @@ def expected_message(script: list[Any]) -> dict[str, Any]:
     }
 
 
-def message_of(completion: ChatCompletion) -> dict[str, Any]:
+def message_of(completion: openai.types.chat.ChatCompletion) -> dict[str, Any]:
     message = completion.choices[0].message
     return {
         "content": message.content,
@@ -244,7 +243,7 @@ def test_the_non_streaming_answer_is_what_the_stream_accumulates() -> None:
     completion = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}]
     )
-    ChatCompletion.model_validate(completion.model_dump(), strict=True)
+    openai.types.chat.ChatCompletion.model_validate(completion.model_dump(), strict=True)
     assert message_of(completion) == message_of(streamed_by_sdk(script))
     assert completion.choices[0].finish_reason == "tool_calls"
     assert completion.usage is not None

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import anthropic
 import msgspec
-import openai
 import pytest
 from _api_support import anthropic_client, json_response, openai_client
+from _sdks import anthropic, openai
 
 from llmrt import ErrorCode, LlmFailure
 from llmrt.actors.gateway.api import ERROR_CLASSES, anthropic_error, error_class, openai_error
@@ -68,26 +67,27 @@ def test_a_providers_delay_becomes_retry_after() -> None:
     assert openai_error(LlmFailure(message="x", code=ErrorCode.RATE_LIMIT)).headers == ()
 
 
+#: code -> the name of the exception the SDK raises for it
 OPENAI_EXCEPTIONS = {
-    ErrorCode.RATE_LIMIT: openai.RateLimitError,
-    ErrorCode.AUTH: openai.AuthenticationError,
-    ErrorCode.INVALID_REQUEST: openai.BadRequestError,
-    ErrorCode.CONTEXT_WINDOW_EXCEEDED: openai.BadRequestError,
-    ErrorCode.NO_ADAPTER: openai.NotFoundError,
-    ErrorCode.OVERLOADED: openai.InternalServerError,
-    ErrorCode.TIMEOUT: openai.InternalServerError,
-    ErrorCode.SERVER_ERROR: openai.InternalServerError,
-    ErrorCode.INSUFFICIENT_BALANCE: openai.APIStatusError,
+    ErrorCode.RATE_LIMIT: "RateLimitError",
+    ErrorCode.AUTH: "AuthenticationError",
+    ErrorCode.INVALID_REQUEST: "BadRequestError",
+    ErrorCode.CONTEXT_WINDOW_EXCEEDED: "BadRequestError",
+    ErrorCode.NO_ADAPTER: "NotFoundError",
+    ErrorCode.OVERLOADED: "InternalServerError",
+    ErrorCode.TIMEOUT: "InternalServerError",
+    ErrorCode.SERVER_ERROR: "InternalServerError",
+    ErrorCode.INSUFFICIENT_BALANCE: "APIStatusError",
 }
 ANTHROPIC_EXCEPTIONS = {
-    ErrorCode.RATE_LIMIT: anthropic.RateLimitError,
-    ErrorCode.AUTH: anthropic.AuthenticationError,
-    ErrorCode.INVALID_REQUEST: anthropic.BadRequestError,
-    ErrorCode.NO_ADAPTER: anthropic.NotFoundError,
-    ErrorCode.OVERLOADED: anthropic.OverloadedError,
-    ErrorCode.TIMEOUT: anthropic.GatewayTimeoutError,
-    ErrorCode.SERVER_ERROR: anthropic.InternalServerError,
-    ErrorCode.INSUFFICIENT_BALANCE: anthropic.PaymentRequiredError,
+    ErrorCode.RATE_LIMIT: "RateLimitError",
+    ErrorCode.AUTH: "AuthenticationError",
+    ErrorCode.INVALID_REQUEST: "BadRequestError",
+    ErrorCode.NO_ADAPTER: "NotFoundError",
+    ErrorCode.OVERLOADED: "OverloadedError",
+    ErrorCode.TIMEOUT: "GatewayTimeoutError",
+    ErrorCode.SERVER_ERROR: "InternalServerError",
+    ErrorCode.INSUFFICIENT_BALANCE: "PaymentRequiredError",
 }
 
 
@@ -99,7 +99,7 @@ def test_the_openai_sdk_raises_its_exception_for_each_code(code: str) -> None:
     client = openai_client(
         lambda request: json_response(answer.body, answer.status, answer.headers)
     )
-    with pytest.raises(OPENAI_EXCEPTIONS[code]) as caught:
+    with pytest.raises(getattr(openai, OPENAI_EXCEPTIONS[code])) as caught:
         client.chat.completions.create(
             model="demo/demo-1", messages=[{"role": "user", "content": "x"}]
         )
@@ -112,7 +112,7 @@ def test_the_openai_sdk_raises_its_exception_for_each_code(code: str) -> None:
 def test_the_anthropic_sdk_raises_its_exception_for_each_code(code: str) -> None:
     answer = anthropic_error(LlmFailure(message="it went wrong", code=code))
     client = anthropic_client(lambda request: json_response(answer.body, answer.status))
-    with pytest.raises(ANTHROPIC_EXCEPTIONS[code]) as caught:
+    with pytest.raises(getattr(anthropic, ANTHROPIC_EXCEPTIONS[code])) as caught:
         client.messages.create(
             model="demo/demo-1", max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )

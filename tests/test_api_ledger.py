@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic
 from _api_support import encode_all, payloads, sse_events
-from anthropic.types import RawMessageStreamEvent
+from _sdks import type_adapter
 
 from llmrt import (
     BlockEnd,
@@ -32,7 +31,6 @@ from llmrt import (
 )
 from llmrt.actors.gateway.api import decode_chat, decode_messages, decode_responses
 
-ANTHROPIC_EVENTS = pydantic.TypeAdapter(RawMessageStreamEvent)
 STOP = Finish(reason=FinishStop())
 
 
@@ -42,7 +40,7 @@ def messages_events(script: list[Any]) -> list[dict[str, Any]]:
     )
     sent = encode_all(call.encoder(message_id="msg_1"), script)
     for _, data in sse_events(sent):
-        ANTHROPIC_EVENTS.validate_json(data, strict=True)
+        type_adapter("anthropic.types.RawMessageStreamEvent").validate_json(data, strict=True)
     return payloads(sent)[1:]  # after message_start
 
 

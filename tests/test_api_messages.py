@@ -5,9 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import anthropic
 import msgspec
-import pydantic
 import pytest
 from _api_support import (
     Capture,
@@ -23,8 +21,7 @@ from _api_support import (
     text_script,
     tool_script,
 )
-from anthropic.types import Message as AnthropicMessage
-from anthropic.types import RawMessageStreamEvent
+from _sdks import anthropic, type_adapter
 
 from llmrt import (
     BlockEnd,
@@ -60,7 +57,6 @@ from llmrt.actors.gateway.api.messages import (
 from llmrt.adapters import anthropic as anthropic_adapter
 
 MODEL = "demo/demo-1"
-EVENTS = pydantic.TypeAdapter(RawMessageStreamEvent)
 SIGNED = ReplayEnvelope(blocks=({"signature": "sig-1"}, None, None))
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -160,7 +156,7 @@ def test_a_failure_after_the_start_is_an_error_event_and_no_message_stop() -> No
 )
 def test_every_event_validates_against_the_sdk_types(script: list[Any]) -> None:
     for _, data in sse_events(stream_of(script)):
-        EVENTS.validate_json(data, strict=True)
+        type_adapter("anthropic.types.RawMessageStreamEvent").validate_json(data, strict=True)
 
 
 def test_ping_is_a_ping_event() -> None:
@@ -171,7 +167,7 @@ def test_ping_is_a_ping_event() -> None:
 # ---- the SDK's accumulator agrees ----------------------------------------------------------
 
 
-def streamed_by_sdk(script: list[Any], **request: Any) -> AnthropicMessage:
+def streamed_by_sdk(script: list[Any], **request: Any) -> anthropic.types.Message:
     def answer(raw: bytes) -> Any:
         return sse_response(encode_all(decode_messages(raw).encoder(), script))
 
@@ -181,7 +177,7 @@ def streamed_by_sdk(script: list[Any], **request: Any) -> AnthropicMessage:
         return stream.get_final_message()
 
 
-def blocks_of(message: AnthropicMessage) -> list[Any]:
+def blocks_of(message: anthropic.types.Message) -> list[Any]:
     return [block.model_dump(exclude_none=True) for block in message.content]
 
 
@@ -230,7 +226,7 @@ def test_the_non_streaming_answer_is_what_the_stream_accumulates() -> None:
     created = client.messages.create(
         model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
     )
-    AnthropicMessage.model_validate(created.model_dump(), strict=True)
+    anthropic.types.Message.model_validate(created.model_dump(), strict=True)
     assert blocks_of(created) == blocks_of(streamed_by_sdk(script))
     assert created.usage == streamed_by_sdk(script).usage
     assert created.stop_reason == "tool_use"

@@ -6,7 +6,6 @@ import base64
 from typing import Any
 
 import msgspec
-import pydantic
 import pytest
 from _api_support import (
     ARGUMENTS,
@@ -23,7 +22,7 @@ from _api_support import (
     text_script,
     tool_script,
 )
-from openai.types.responses import Response, ResponseStreamEvent
+from _sdks import openai, type_adapter
 
 from llmrt import (
     ErrorCode,
@@ -49,7 +48,6 @@ from llmrt.actors.gateway.api.responses import PARAMETERS, ResponsesRequest
 
 MODEL = "demo/demo-1"
 CREATED = 1_700_000_000
-EVENTS = pydantic.TypeAdapter(ResponseStreamEvent)
 #: The Responses adapter's replay entry of a reasoning item.
 NATIVE = {"id": "rs_native", "encrypted": "gAAAAB-enc", "summary": ["Let me think."]}
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -319,7 +317,7 @@ def test_a_failure_after_the_start_is_an_error_event_then_a_failed_response() ->
 )  # fmt: skip
 def test_every_event_validates_against_the_sdk_types(script: list[Any]) -> None:
     for _, data in sse_events(stream_of(script)):
-        EVENTS.validate_json(data, strict=True)
+        type_adapter("openai.types.responses.ResponseStreamEvent").validate_json(data, strict=True)
 
 
 def test_ping_is_a_comment() -> None:
@@ -329,7 +327,9 @@ def test_ping_is_a_comment() -> None:
 # ---- the SDK's accumulator agrees ----------------------------------------------------------
 
 
-def streamed_by_sdk(script: list[Any], **request: Any) -> tuple[Response | None, list[Any]]:
+def streamed_by_sdk(
+    script: list[Any], **request: Any
+) -> tuple[openai.types.responses.Response | None, list[Any]]:
     def answer(raw: bytes) -> Any:
         return sse_response(encode_all(decode_responses(raw).encoder(), script))
 
@@ -341,7 +341,7 @@ def streamed_by_sdk(script: list[Any], **request: Any) -> tuple[Response | None,
     return final, events
 
 
-def summary(response: Response) -> dict[str, Any]:
+def summary(response: openai.types.responses.Response) -> dict[str, Any]:
     out: dict[str, Any] = {"text": "", "reasoning": [], "calls": []}
     for item in response.output:
         if item.type == "message":
@@ -393,7 +393,7 @@ def test_the_non_streaming_answer_is_what_the_stream_accumulates() -> None:
 
     client = openai_client(Capture(answer))
     created = client.responses.create(model=MODEL, input="hi")
-    Response.model_validate(created.model_dump(), strict=True)
+    openai.types.responses.Response.model_validate(created.model_dump(), strict=True)
     streamed, _ = streamed_by_sdk(script)
     assert streamed is not None
     assert summary(created) == summary(streamed)

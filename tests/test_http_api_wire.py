@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 import msgspec
-import pydantic
 import pytest
 from _api_support import assembled, encode_all, failing_script, sse_events, text_script, tool_script
 from _http_wire import (
@@ -23,16 +22,11 @@ from _http_wire import (
     request_bytes,
     responses_body,
 )
-from anthropic.types import ErrorResponse, RawMessageStreamEvent
-from openai.types.chat import ChatCompletionChunk
-from openai.types.responses import ResponseStreamEvent
-from openai.types.shared import ErrorObject
+from _sdks import anthropic, openai, type_adapter
 
 from llmrt.actors.gateway.api import decode_chat, decode_messages, decode_responses
 
 _ID = re.compile(r"^(chatcmpl-|resp_|msg_|rs_|fc_)[0-9a-f]{32}")
-RESPONSES = pydantic.TypeAdapter(ResponseStreamEvent)
-MESSAGES = pydantic.TypeAdapter(RawMessageStreamEvent)
 
 
 def normal(value: Any) -> Any:
@@ -69,17 +63,17 @@ def validate(api: str, name: str | None, data: Any) -> None:
         return
     if api == "chat":
         if "error" in data:
-            ErrorObject.model_validate(data["error"])
+            openai.types.shared.ErrorObject.model_validate(data["error"])
         else:
-            ChatCompletionChunk.model_validate(data)
+            openai.types.chat.ChatCompletionChunk.model_validate(data)
     elif api == "responses":
-        RESPONSES.validate_python(data)
+        type_adapter("openai.types.responses.ResponseStreamEvent").validate_python(data)
     else:
         assert name == data["type"]
         if name == "error":  # the in-stream error: not a stream event type of the SDK's
-            ErrorResponse.model_validate(data)
+            anthropic.types.ErrorResponse.model_validate(data)
         else:
-            MESSAGES.validate_python(data)
+            type_adapter("anthropic.types.RawMessageStreamEvent").validate_python(data)
 
 
 @pytest.mark.parametrize("api", CASES)

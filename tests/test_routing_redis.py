@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import coredis
 import pytest
 import trio
 from _redis import RedisServer
 from _routing import ask, finish_of, served_by
+from _sdks import coredis
 from _settle import wait_until
 
 import llmrt

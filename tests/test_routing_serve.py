@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import coredis
 import pytest
 import trio
 from _redis import RedisServer
 from _routing import OK, rate_limited, request, upstreams
+from _sdks import coredis
 from _serving import http_get, metric, poll
 
 import llmrt
