@@ -27,6 +27,7 @@ every package module it names in an import statement:
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +81,12 @@ def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """The package's import graph, parsed once for the module's tests (read, never changed)."""
+    return _edges(_modules())
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
@@ -117,7 +124,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_the_package() -> None:
     modules = _modules()
-    graph = _edges(modules)
+    graph = _graph()
     # The walk found the three folders and real edges, so an empty answer below means something.
     assert {"llmrt", "llmrt.actors", "llmrt.adapters", "llmrt.actors._call"} <= modules.keys()
     assert "llmrt.actors" in graph["llmrt"]
@@ -131,12 +138,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    cycles = _cycles(_edges(_modules()))
+    cycles = _cycles(_graph())
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
 def test_the_actor_core_has_no_cycle_and_no_back_reference() -> None:
-    graph = _edges(_modules())
+    graph = _graph()
     core = {
         f"llmrt.actors.{name}"
         for name in [

@@ -14,6 +14,7 @@ What must stay for now is in `ALLOWED`, each with its reason.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,8 +134,12 @@ def _mutated(tree: ast.Module, names: set[str]) -> set[str]:
     return out
 
 
-def findings() -> list[tuple[str, str, str]]:
-    """(path, name, what) for every hidden task, global rebinding and mutated module value."""
+@functools.cache
+def findings() -> tuple[tuple[str, str, str], ...]:
+    """(path, name, what) for every hidden task, global rebinding and mutated module value.
+
+    Parsed once for the module's tests.
+    """
     out: list[tuple[str, str, str]] = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -150,7 +155,7 @@ def findings() -> list[tuple[str, str, str]]:
             bound = _module_bindings(tree)
             for name in sorted(_mutated(tree, set(bound))):
                 out.append((rel, name, f"line {bound[name]}: module-level state, mutated"))
-    return out
+    return tuple(out)
 
 
 def test_no_hidden_task_and_no_module_state() -> None:
