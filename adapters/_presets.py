@@ -3,28 +3,44 @@
 A `Preset` names one provider (or kind of local server) that speaks chat
 completions: its base URL, the environment variable holding its key (None
 for a local server), its `Dialect` (where reasoning arrives, how usage
-counts it; see `llmrt.adapters._openai_wire`), the route name a detected
+counts it; see `llmrt.adapters._dialects`), the route name a detected
 key registers, and a model table where the provider documents one. Tables
 are advisory (a model not in the table is still served, with defaults);
 ``list_models`` asks the endpoint first and falls back on them.
 
 Adding a provider is adding an entry here; the decoder has no
 provider branches.
+
+A preset's routes also belong to a settings namespace of model discovery
+(`settings_ns_of`: ``ollama`` for Ollama's, ``openai-compatible`` for every
+other), whose endpoints are asked for one of the `DISCOVERY_APIS` lists.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from typing import Final
 
 import attrs
 
 from llmrt.adapter import looks_like_secret
 
-from ._openai_wire import DIALECTS, Dialect
+from ._dialects import DIALECTS, Dialect
 from .plugin import MaxTokensField, ModelSpec
 
-__all__ = ["Preset", "PRESETS", "PRESET_ALIASES", "find_preset", "unknown_preset"]
+__all__ = [
+    "DISCOVERY_APIS",
+    "OLLAMA_NS",
+    "OPENAI_COMPATIBLE_NS",
+    "Preset",
+    "PRESETS",
+    "PRESET_ALIASES",
+    "discovery_api_of",
+    "find_preset",
+    "settings_ns_of",
+    "unknown_preset",
+]
 
 
 @attrs.frozen
@@ -274,3 +290,25 @@ def unknown_preset(name: str) -> str:
     close = difflib.get_close_matches(name, [*PRESETS, *PRESET_ALIASES], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown preset {name!r}{hint}; known: {known}"
+
+
+# ---- settings namespaces (model discovery) -------------------------------------------------
+
+#: The model lists discovery reads: ``openai`` is ``GET {base_url}/models``,
+#: ``ollama`` is Ollama's native ``GET {server}/api/tags``.
+DISCOVERY_APIS: Final = ("openai", "ollama")
+#: The settings namespace of every OpenAI-compatible route but Ollama's.
+OPENAI_COMPATIBLE_NS: Final = "openai-compatible"
+#: The settings namespace of Ollama routes (discovered through ``/api/tags``).
+OLLAMA_NS: Final = "ollama"
+
+
+def settings_ns_of(preset: str | None) -> str:
+    """The built-in settings namespace of a route of ``preset``."""
+    found = find_preset(preset or "openai-compatible")
+    return OLLAMA_NS if found is not None and found.kind == "ollama" else OPENAI_COMPATIBLE_NS
+
+
+def discovery_api_of(settings_ns: str) -> str:
+    """The list a built-in namespace reads (``openai`` for any namespace but ``ollama``)."""
+    return "ollama" if settings_ns == OLLAMA_NS else "openai"

@@ -55,6 +55,7 @@ import trio
 
 from llmrt._deadlines import DeadlineHeap, Entry, RuntimeServices
 from llmrt._egress import OUTBOUND, is_public_address
+from llmrt._helpers import stdlib_socket
 
 from ._exchange import RequestHead
 from ._h11lite import (
@@ -103,12 +104,6 @@ async def _open_tcp(host: str, port: int) -> trio.SocketStream:
 
 class PeerRefused(httpx.ConnectError):
     """The connection reached an address the request's `llmrt._egress.OutboundPolicy` refuses."""
-
-
-def stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
-    """The standard-library socket under ``stream`` (trio keeps it non-blocking), if reachable."""
-    sock = getattr(stream.socket, "_sock", None)
-    return sock if isinstance(sock, socket.socket) else None
 
 
 def _is_readable(sock: trio.socket.SocketType) -> bool:

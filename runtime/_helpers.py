@@ -6,15 +6,19 @@
 * `revalidated`: a msgspec Struct built by a constructor skips its field
   constraints (``Meta`` bounds, patterns); an encode -> decode round trip
   checks them, and detaches the value from anything its producer still holds.
+* `stdlib_socket`: the standard-library socket under a trio socket stream,
+  which the HTTP transport and the gateway's front door write to directly.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any, NoReturn, TypeVar
 
 import msgspec
+import trio
 
-__all__ = ["sole_exception", "raise_sole", "revalidated"]
+__all__ = ["sole_exception", "raise_sole", "revalidated", "stdlib_socket"]
 
 T = TypeVar("T")
 
@@ -44,3 +48,9 @@ def revalidated(decoder: msgspec.json.Decoder[T], value: object) -> T:
         raise
     except (msgspec.DecodeError, TypeError) as exc:
         raise msgspec.ValidationError(str(exc)) from None
+
+
+def stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
+    """The standard-library socket under ``stream`` (trio keeps it non-blocking), if reachable."""
+    sock = getattr(stream.socket, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None

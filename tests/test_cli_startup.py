@@ -5,15 +5,18 @@ do not use (issue 22, item 6). The time it takes is measured by
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
+from _serving import http_get
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Runs the CLI's main in a fresh interpreter, then prints the llmrt modules it loaded.
+#: Runs the CLI's main in a fresh interpreter, then prints the modules it loaded.
 PROBE = """
 import json, sys
 from llmrt.actors.app.cli import main
@@ -21,7 +24,7 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("llmrt"))), file=sys.stderr)
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
@@ -72,6 +75,71 @@ def test_a_command_line_loads_its_own_command_module_only(tmp_path: Path) -> Non
     config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
     assert every & loaded("call", "hi", "--config", str(config)) == {"llmrt.actors.app.cli.call"}
     assert every & loaded("serve", "--help") == {"llmrt.actors.app.cli.serve"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["call", "hi"], ["providers"], ["models", "demo"], ["routes"]],
+    ids=["call", "providers", "models", "routes"],
+)
+def test_commands_on_the_demo_route_never_load_the_http_client(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    # Every command loads every adapter plugin; the HTTP adapters' plugins are
+    # light, so httpx and the HTTP stack come only with a route that uses them.
+    config = tmp_path / "fast.toml"
+    config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
+    modules = loaded(*argv, "--config", str(config))
+    assert f"llmrt.actors.app.cli.{argv[0]}" in modules  # the command did run
+    assert "llmrt.actors.app.plugins" in modules  # and loaded the plugins
+    http = {"httpx", "llmrt.adapters._http", "llmrt.adapters._transport"}
+    assert http & modules == set()
+
+
+async def test_serve_on_the_demo_route_never_loads_the_http_client(tmp_path: Path) -> None:
+    # The gateway serving a demo route and answering a request: -X importtime
+    # names every module the process imported, on stderr.
+    config = tmp_path / "fast.toml"
+    config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
+    command = [sys.executable, "-X", "importtime", "-m", "llmrt.actors.app.cli", "serve"]
+    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+    proc = await trio.lowlevel.open_process(
+        [*command, "--port", "0", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+        while chunk := await stream.receive_some(65536):
+            into += chunk
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                assert proc.stdout is not None and proc.stderr is not None
+                nursery.start_soon(drain, proc.stderr, err)
+                while b"listening on ws://" not in out:
+                    chunk = await proc.stdout.receive_some(65536)
+                    assert chunk, f"serve ended: {err.decode(errors='replace')[-2000:]}"
+                    out += chunk
+                port = int(out.split(b"ws://127.0.0.1:")[1].split(b"/")[0])
+                status, body = await http_get(port, "/v1/models")
+                assert status == 200 and "demo" in body
+                proc.send_signal(signal.SIGINT)
+                await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in err.decode(errors="replace").splitlines()
+        if line.startswith("import time:")
+    }
+    assert "llmrt.actors.gateway" in imported  # the probe reads what serve imported
+    assert {"httpx", "llmrt.adapters._http", "llmrt.adapters._transport"} & imported == set()
 
 
 def test_every_command_module_has_the_command_shape() -> None:

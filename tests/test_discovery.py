@@ -179,3 +179,29 @@ def test_discovery_settings_are_checked() -> None:
         EndpointDiscovery(api="grpc")
     with pytest.raises(ValueError, match="timeout"):
         EndpointDiscovery(timeout=0)
+
+
+async def test_the_plugins_discovery_is_made_at_its_first_ask() -> None:
+    # What `llmrt.toml` registers per namespace: nothing of httpx is built (or
+    # imported) until someone asks; then it asks the route's own endpoint.
+    from llmrt.adapters._openai_chat_plugin import DeferredDiscovery
+
+    with pytest.raises(ValueError, match="unknown discovery api"):
+        DeferredDiscovery("grpc", {})
+    never = DeferredDiscovery("openai", {})
+    await never.aclose()
+    assert not never.made
+    async with open_upstream(SSEScript(events=()), models=("served",)) as up:
+        async with llmrt.open_runtime() as rt:
+            discovery = DeferredDiscovery(
+                "openai", {"mine": (up.base_url, "MY_KEY")}, environ={"MY_KEY": KEY}
+            )
+            await rt.register_model_discovery(OPENAI_COMPATIBLE_NS, discovery)
+            assert not discovery.made
+            request = ModelDiscoveryRequest(provider="mine")
+            found = await rt.discover_models(OPENAI_COMPATIBLE_NS, request)
+            assert discovery.made
+        # The runtime closed it with its offer, as it closes an EndpointDiscovery.
+        assert not discovery.made
+    assert found == (DiscoveredModel(id="served"),)
+    assert up.requests[0].headers["authorization"] == f"Bearer {KEY}"

@@ -9,6 +9,7 @@ through ``llmrt.toml`` and zero-config detection, with no change to llmrt.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -303,3 +304,63 @@ def test_unknown_adapter_lists_the_installed_ones(tmp_path: pathlib.Path) -> Non
     assert caught.value.line == 3
     for kind in installed().adapters:
         assert kind in caught.value.reason
+
+
+#: Loads the installed plugins in a fresh interpreter, then builds one adapter of
+#: each HTTP kind; prints the modules loaded after each step.
+LIGHT_PROBE = """
+import json, sys
+from llmrt.actors.app.plugins import installed
+
+plugins = installed()
+print(json.dumps(sorted(plugins.problems)))
+print(json.dumps(sorted(plugins.adapters)))
+print(json.dumps(sorted(sys.modules)))
+for kind in ("openai_chat", "anthropic", "gemini", "openai_responses"):
+    config = plugins.adapters[kind].config(base_url="http://127.0.0.1:9")
+    adapter = config.build(key_env=None, retry=None, environ={})
+    print(type(adapter).__name__, file=sys.stderr)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What an HTTP adapter needs to stream, none of which loading its plugin needs.
+HTTP_STACK = {
+    "httpx",
+    "llmrt.adapters._http",
+    "llmrt.adapters._transport",
+    "llmrt.adapters._sse",
+    "llmrt.adapters._models",
+    "llmrt.adapters._openai_wire",
+    "llmrt.adapters._anthropic_wire",
+    "llmrt.adapters._gemini_wire",
+    "llmrt.adapters._responses_wire",
+    "llmrt.adapters._openai_chat_adapter",
+    "llmrt.adapters._anthropic_adapter",
+    "llmrt.adapters._gemini_adapter",
+    "llmrt.adapters._openai_responses_adapter",
+}
+
+
+def test_loading_the_installed_plugins_leaves_the_http_stack_unloaded() -> None:
+    # Every command loads every plugin: a demo call must not pay for httpx. The
+    # adapter is imported when a route of its kind is built, and only then.
+    done = subprocess.run(
+        [sys.executable, "-c", LIGHT_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    problems, kinds, loaded, built = (json.loads(line) for line in done.stdout.splitlines())
+    assert problems == []
+    assert {"openai_chat", "anthropic", "demo", "gemini", "openai_responses"} <= set(kinds)
+    assert HTTP_STACK & set(loaded) == set()
+    assert set(built) >= HTTP_STACK
+    assert done.stderr.split() == [
+        "OpenAIChatAdapter",
+        "AnthropicAdapter",
+        "GeminiAdapter",
+        "OpenAIResponsesAdapter",
+    ]

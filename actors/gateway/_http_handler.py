@@ -65,8 +65,8 @@ from llmrt import (
     RetryScheduled,
     UsageChunk,
 )
+from llmrt._helpers import stdlib_socket
 from llmrt._nesting import MAX_NESTING, json_too_deep
-from llmrt.adapters._transport import stdlib_socket
 
 from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
