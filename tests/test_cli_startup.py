@@ -16,21 +16,29 @@ from _serving import http_get
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Runs the CLI's main in a fresh interpreter, then prints the modules it loaded.
+#: Runs the CLI's main in a fresh interpreter, once per command line given (a
+#: JSON list of argument lists), then prints the modules it loaded.
 PROBE = """
 import json, sys
 from llmrt.actors.app.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
+for argv in json.loads(sys.argv[1]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
 def loaded(*argv: str) -> set[str]:
+    """The modules a fresh process has loaded after running ``llmrt ARGV...``."""
+    return loaded_after([list(argv)])
+
+
+def loaded_after(commands: list[list[str]]) -> set[str]:
+    """The modules a fresh process has loaded after running each command line in turn."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
+        [sys.executable, "-c", PROBE, json.dumps(commands)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,20 +85,16 @@ def test_a_command_line_loads_its_own_command_module_only(tmp_path: Path) -> Non
     assert every & loaded("serve", "--help") == {"llmrt.actors.app.cli.serve"}
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["call", "hi"], ["providers"], ["models", "demo"], ["routes"]],
-    ids=["call", "providers", "models", "routes"],
-)
-def test_commands_on_the_demo_route_never_load_the_http_client(
-    tmp_path: Path, argv: list[str]
-) -> None:
+def test_commands_on_the_demo_route_never_load_the_http_client(tmp_path: Path) -> None:
     # Every command loads every adapter plugin; the HTTP adapters' plugins are
     # light, so httpx and the HTTP stack come only with a route that uses them.
+    # One process runs the four (none of them unloads a module).
     config = tmp_path / "fast.toml"
     config.write_text('[[provider]]\nroute = "demo"\nadapter = "demo"\n')
-    modules = loaded(*argv, "--config", str(config))
-    assert f"llmrt.actors.app.cli.{argv[0]}" in modules  # the command did run
+    commands = [["call", "hi"], ["providers"], ["models", "demo"], ["routes"]]
+    modules = loaded_after([[*argv, "--config", str(config)] for argv in commands])
+    for argv in commands:
+        assert f"llmrt.actors.app.cli.{argv[0]}" in modules  # the command did run
     assert "llmrt.actors.app.plugins" in modules  # and loaded the plugins
     http = {"httpx", "llmrt.adapters._http", "llmrt.adapters._transport"}
     assert http & modules == set()
