@@ -3,6 +3,11 @@
 The test's own servers (a local upstream, a gateway, a silent listener) run
 in the test's trio loop while the CLI runs in a child process, so signals
 and sockets are real. Every wait is bounded by the caller's ``fail_after``.
+
+The child is forked from a warm interpreter (`_warm_llmrt`), which spares
+each command the interpreter's start and llmrt's imports; ``warm=False``
+starts ``python -m llmrt.actors.app.cli`` itself, for a test whose race
+includes the moments a signal takes to be passed on.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ import sys
 
 import attrs
 import trio
+from _warm_llmrt import command
 
-CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
+#: The command line of a cold ``llmrt``, as a user's shell starts it.
+COLD = [sys.executable, "-m", "llmrt.actors.app.cli"]
+
+
+def cli_argv(*, warm: bool = True) -> list[str]:
+    """The argv prefix that runs ``llmrt``: warm (forked, the default) or cold."""
+    return command() if warm else COLD
 
 
 @attrs.define(eq=False)
@@ -75,12 +87,17 @@ class CliProcess:
 
 
 async def spawn_cli(
-    *argv: str, env: dict[str, str] | None = None, stdin: bytes | None = None
+    *argv: str,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    warm: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> CliProcess:
     """Start ``llmrt ARGV...`` with the test's environment minus any real API key.
 
     ``stdin``: bytes the child reads on its stdin, which is then closed (None:
-    the test's own stdin is inherited).
+    the test's own stdin is inherited). ``warm``: see the module's docstring.
+    ``cwd``: its working directory (None: the test's).
     """
     environ = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     environ.pop("LLMRT_GATEWAY_TOKEN", None)
@@ -88,11 +105,12 @@ async def spawn_cli(
     environ.update(env or {})
     environ["PYTHONUNBUFFERED"] = "1"
     proc = await trio.lowlevel.open_process(
-        [*CLI, *argv],
+        [*cli_argv(warm=warm), *argv],
         stdin=subprocess.PIPE if stdin is not None else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=environ,
+        cwd=cwd,
     )
     if stdin is not None:
         assert proc.stdin is not None

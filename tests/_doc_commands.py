@@ -29,6 +29,7 @@ from pathlib import Path
 import attrs
 import pytest
 from _doc_examples import PLACEHOLDER, Example
+from _warm_llmrt import shim as warm_shim
 
 REPO = Path(__file__).resolve().parent.parent
 #: Every command and program, in real seconds (an example is a few at most).
@@ -70,10 +71,18 @@ for arg in args[1:]:
 
 
 def shims(directory: Path, python: str) -> Path:
-    """``llmrt`` running ``python``'s llmrt, and the checking ``pip``, in ``directory``."""
+    """``llmrt`` running ``python``'s llmrt, and the checking ``pip``, in ``directory``.
+
+    With this environment's python, ``llmrt`` is forked from the warm
+    interpreter (`_warm_llmrt`); another's (an example package's venv) runs
+    its own ``python -m llmrt.actors.app.cli``.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     llmrt = directory / "llmrt"
-    llmrt.write_text(f'#!/bin/sh\nexec {shlex.quote(python)} -m llmrt.actors.app.cli "$@"\n')
+    if python == sys.executable:
+        warm_shim(directory)
+    else:
+        llmrt.write_text(f'#!/bin/sh\nexec {shlex.quote(python)} -m llmrt.actors.app.cli "$@"\n')
     pip = directory / "pip"
     # pip as the examples run it: what a block installs must be installed already.
     pyproject = str(REPO / "pyproject.toml")

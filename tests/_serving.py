@@ -13,13 +13,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 import trio
+from _cli_process import cli_argv
 from prometheus_client.parser import text_string_to_metric_families
 
 import llmrt
@@ -97,7 +97,7 @@ class Served:
 @asynccontextmanager
 async def serving(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Served]:
     """Run ``llmrt serve ARGS`` for the block; SIGTERM (then SIGKILL) when the block ends."""
-    command = [sys.executable, "-m", "llmrt.actors.app.cli", "serve", "--port", "0", *args]
+    command = [*cli_argv(), "serve", "--port", "0", *args]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=full_env)
     served = Served(proc)

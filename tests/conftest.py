@@ -20,6 +20,12 @@ as there are CPUs, with ``--dist loadfile``, so each file stays in one process):
   a process only when the process is the point (its exit status, signals, its
   output); otherwise serve in the test's own trio loop (``serve_gateway``,
   ``llmrt.testing.open_upstream``) and call it in-process.
+- A test that runs ``llmrt`` as a process starts it through
+  ``_cli_process.cli_argv()`` (``spawn_cli``, ``_serving.serving``, the
+  examples' ``llmrt``): forked from one warm interpreter per test process
+  (``_warm_llmrt.py``), about a fifth of a cold start's CPU. Only a test
+  of start-up itself, or of a race a passed-on signal would shift, runs it
+  cold (``warm=False``).
 - Share a served process between the tests of one file with a module-scoped
   fixture when the tests only read from it; a file is never split between
   workers, so the fixture starts once per run.

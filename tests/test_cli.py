@@ -8,16 +8,14 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 
 import pytest
 import trio
-from _cli_process import kill, spawn_cli
+from _cli_process import cli_argv, kill, spawn_cli
 
 import llmrt
 from llmrt.actors.app.cli import main
 
-CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 #: What the demo model says after quoting the prompt.
 DEMO_TAIL = "This answer comes from llmrt's demo model, streamed token by token."
 
@@ -118,7 +116,7 @@ def _spawn(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
     environ.update(env or {})
     environ["PYTHONUNBUFFERED"] = "1"
     return subprocess.Popen(
-        [*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ
+        [*cli_argv(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ
     )
 
 
@@ -235,7 +233,8 @@ async def test_sigint_as_the_banner_appears_is_a_clean_shutdown() -> None:
     results: list[tuple[int, str, str]] = []
 
     async def race() -> None:
-        cli = await spawn_cli("serve", "--port", "0")
+        # Cold: a signal passed on by the warm runner's stand-in lands later.
+        cli = await spawn_cli("serve", "--port", "0", warm=False)
         try:
             with trio.fail_after(60):
                 await cli.read_until("gateway listening on ")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pytest
 import trio
-from _cli_process import CLI, CliProcess, kill, spawn_cli
+from _cli_process import CliProcess, cli_argv, kill, spawn_cli
 from _serving import http_get, serving
 
 import llmrt
@@ -154,7 +154,11 @@ async def stderr_on_a_terminal(*argv: str, env: dict[str, str]) -> tuple[int, st
     environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     environ.update(env, PYTHONUNBUFFERED="1")
     proc = await trio.lowlevel.open_process(
-        [*CLI, *argv], stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=environ
+        [*cli_argv(), *argv],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env=environ,
     )
     os.close(slave)
     cli = CliProcess(proc)

@@ -31,7 +31,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -41,6 +40,7 @@ from typing import Any
 
 import pytest
 import trio
+from _cli_process import cli_argv
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -53,7 +53,6 @@ import llmrt.actors.gateway
 from llmrt.adapters.demo import DEMO_PACE_ENV
 from llmrt.testing import SSEScript, Upstream, anthropic_events, serve_upstream
 
-CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 PAGE_DIR = pathlib.Path(llmrt.actors.gateway.__file__).parent / "playground"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCREENSHOT = REPO / "docs" / "playground.png"
@@ -97,7 +96,7 @@ class Gateway:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
-        argv = [*CLI, "serve", "--port", str(self.port), "--config", str(self.config)]
+        argv = [*cli_argv(), "serve", "--port", str(self.port), "--config", str(self.config)]
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env
         )

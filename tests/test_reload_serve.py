@@ -8,10 +8,10 @@ import io
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import trio
+from _cli_process import cli_argv
 from _serving import serving
 
 import llmrt
@@ -35,7 +35,7 @@ async def _ids(url: str) -> list[str]:
 
 async def _cli_reload(url: str, *flags: str, cwd: Path) -> tuple[int, str]:
     """``llmrt reload --via URL`` as a process in ``cwd``: its exit status and output."""
-    command = [sys.executable, "-m", "llmrt.actors.app.cli", "reload", "--via", url, *flags]
+    command = [*cli_argv(), "reload", "--via", url, *flags]
     env = {**os.environ, **ENV}
     env.pop("LLMRT_CONFIG", None)
     with trio.fail_after(30):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from _cli_process import cli_argv
 from _redis import RedisServer
 from _routing import OK, rate_limited, request, upstreams
 from _sdks import coredis
@@ -133,7 +133,7 @@ class Gateway:
 
     @classmethod
     def start(cls, config: Path, *args: str) -> Gateway:
-        command = [sys.executable, "-m", "llmrt.actors.app.cli", "serve", "--port", "0"]
+        command = [*cli_argv(), "serve", "--port", "0"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "ROUTING_TEST_KEY": "sk-routing-test"}
         proc = subprocess.Popen(
             [*command, "--config", str(config), *args],
