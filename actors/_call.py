@@ -266,6 +266,15 @@ class Call:
         return self._cause
 
     @property
+    def ready(self) -> bool:
+        """Whether the next chunk (or the finish) is already here: taking it will not wait.
+
+        For a consumer that writes what it takes: what is ready can go out in
+        one write instead of one per chunk.
+        """
+        return self._box.ready
+
+    @property
     def labels(self) -> tuple[str, str]:
         """The call's (provider, model) as its statistics count it: bounded label values.
 

@@ -120,6 +120,9 @@ class Attempt(Protocol):
 
     async def __anext__(self) -> StreamChunk: ...
 
+    @property
+    def ready(self) -> bool: ...
+
     def abort(self, reason: str | None = None) -> None: ...
 
 
@@ -199,6 +202,19 @@ class RetryCall:
 
     def __aiter__(self) -> RetryCall:
         return self
+
+    @property
+    def ready(self) -> bool:
+        """Whether the next event is already here: taking it will not wait (`Call.ready`).
+
+        False between attempts, and while a retry may still follow (an error
+        finish would start a back-off): only once the attempt has sent output
+        that rules one out (``retry_after_output=False``).
+        """
+        call = self._call
+        if call is None or self._ended or self._retry_after_output or not self._output:
+            return False
+        return call.ready
 
     async def __anext__(self) -> RetryEvent:
         if self._ended:

@@ -29,6 +29,7 @@ from _settle import wait_until
 from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, LlmFailure, NormalRetryPolicy
 from llmrt.actors._tracecontext import TRACEPARENT
 from llmrt.actors.gateway import Limits
+from llmrt.actors.gateway._http_handler import _Writer
 
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 PATHS = {
@@ -176,3 +177,34 @@ async def test_shutdown_gives_http_calls_the_grace_then_aborts_them() -> None:
     events = sse_events(reply.body)
     assert events[-1][0] == "error"  # the in-stream error: the call was aborted
     assert adapter.open_streams == 0
+
+
+async def test_events_already_here_go_out_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scripted route yields its whole script in one step of the call task,
+    # so after the first event (written with the head) the rest is already
+    # here: one write, not one per event. Where the script waits (``quiet``),
+    # what came before the wait is written before it.
+    writes: list[bytes] = []
+    real = _Writer.data
+
+    async def data(self: _Writer, data: bytes, *, last: bool = False) -> None:
+        writes.append(data)
+        await real(self, data, last=last)
+
+    monkeypatch.setattr(_Writer, "data", data)
+    async with api_gateway(Limits(shutdown_grace=0.2, ping_interval=0.1)) as (server, _, _):
+        body = chat_body("Hello", stream=True)
+        reply = await exchange(server.port, request_bytes("/v1/chat/completions", body))
+        assert reply.body.endswith(b"data: [DONE]\n\n")
+        events = sse_events(reply.body)
+        assert len(events) >= 4  # the role and "Hello", " there", the finish, [DONE]
+        (one,) = writes  # the head's write took the first; the rest went together
+        assert b'"content":" there"' in one and one.endswith(b"data: [DONE]\n\n")
+        writes.clear()
+        quiet = chat_body("quiet", stream=True)
+        reply = await exchange(server.port, request_bytes("/v1/chat/completions", quiet))
+    # "Hello" went out with the head before the silence; the rest after it, together.
+    (after,) = [w for w in writes if not w.startswith(b":")]  # the keeper's pings aside
+    assert b'"content":"Hello"' not in after and b'"content":" there"' in after
+    assert reply.body.index(b'"content":"Hello"') < reply.body.index(b": ping")
+    assert reply.body.index(b": ping") < reply.body.index(after)

@@ -88,6 +88,8 @@ MODELS_SECONDS: Final = 10.0
 #: Input read and dropped after the body (a client should send nothing more).
 _EXTRA_BYTES: Final = 64 * 1024
 _RECEIVE: Final = 64 * 1024
+#: Events taken while more were already here, written together: at most this many.
+_MAX_WAITING: Final = 32
 _JSON: Final = b"application/json"
 _COMMON: Final = ((b"X-Content-Type-Options", b"nosniff"), (b"Cache-Control", b"no-store"))
 _SSE_HEADERS: Final = (
@@ -632,6 +634,8 @@ class HttpApi:
         encoder = call.encoder()
         limits = self.state.limits
         held: list[Any] = []
+        #: Encoded events not yet written: taken while the next was already here.
+        waiting: list[bytes] = []
         keeping = False  # whether `_keeper` runs
         try:
             async with self._events(call, controller) as events:
@@ -666,10 +670,21 @@ class HttpApi:
                                 continue
                             await writer.start_stream(data, last=cls is Finish)
                         elif type(chunk) is Finish:
-                            await writer.data(encoder.push(chunk), last=True)
+                            data = encoder.push(chunk)
+                            if waiting:
+                                data = b"".join((*waiting, data))
+                            await writer.data(data, last=True)
                         else:
                             data = encoder.push(chunk)
                             if data:
+                                if events.ready and len(waiting) < _MAX_WAITING:
+                                    # More is here already (one upstream read held
+                                    # several events): it goes out in one write.
+                                    waiting.append(data)
+                                    continue
+                                if waiting:
+                                    data = b"".join((*waiting, data))
+                                    waiting.clear()
                                 await writer.data(data)
                             continue
                         if type(chunk) is Finish:
@@ -687,9 +702,8 @@ class HttpApi:
             if not writer.started:
                 await writer.error(api.error(failure))
             else:
-                await writer.data(
-                    encoder.push(Finish(reason=FinishError(failure=failure))), last=True
-                )
+                data = encoder.push(Finish(reason=FinishError(failure=failure)))
+                await writer.data(b"".join((*waiting, data)), last=True)
 
     async def _complete(
         self, writer: _Writer, api: Api, call: Any, controller: AbortController

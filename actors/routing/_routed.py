@@ -167,6 +167,17 @@ class RoutedCall:
         return call.stopped_by if call is not None else None
 
     @property
+    def ready(self) -> bool:
+        """Whether the next chunk is already here: held back, or the serving `Call`'s ready.
+
+        Only once the group committed to a deployment: before that, taking a
+        chunk may mean a fail-over.
+        """
+        if not self._committed:
+            return False
+        return bool(self._held) or (self._call is not None and self._call.ready)
+
+    @property
     def labels(self) -> tuple[str, str]:
         """The (provider, model) labels of the attempt in progress (the group's before one)."""
         call = self._call or self._last
