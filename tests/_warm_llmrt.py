@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,6 +300,7 @@ def _server() -> Path:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
     atexit.register(close)
     _state["socket"] = path
@@ -322,6 +324,7 @@ def command() -> list[str]:
     """The argv prefix of a warm ``llmrt`` (this process's shim, written on first use)."""
     found = _state.get("shim")
     if not isinstance(found, Path):
-        found = shim(Path(tempfile.mkdtemp(prefix="llmrt-shim-")))
-        _state["shim"] = found
+        folder = Path(tempfile.mkdtemp(prefix="llmrt-shim-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        found = _state["shim"] = shim(folder)
     return [str(found)]
