@@ -252,6 +252,10 @@ class Call:
     #: The call log's record of this call, from the hand-off to the adapter (None: not logged).
     _record: CallRecorder | None = attrs.field(default=None, init=False)
     _log_id: str | None = attrs.field(default=None, init=False)
+    #: Its neighbours in its runtime's calls in flight (`_runtime.InFlight`): a list
+    #: threaded through the calls, 16 B a call where a set costs up to 100.
+    _older: Call | None = attrs.field(default=None, init=False)
+    _newer: Call | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)
