@@ -108,7 +108,10 @@ async def run_call(call: Call) -> None:
             started = first = call._watch_last = clock.current_time()
             call._watch()
             enter_call(call)  # for llmrt.adapter.close_on_stop and `current_call`
-            with call._scope:
+            # The scope entered and left by hand: a ``with`` would keep its bound
+            # ``__exit__`` (64 B) in this frame for the whole call.
+            call._scope.__enter__()
+            try:
                 try:
                     opened = await _chain_head(call)
                     if isinstance(opened, Finish):
@@ -150,6 +153,11 @@ async def run_call(call: Call) -> None:
                         _release(call)
                     else:
                         dropped = await _close_work(call, source, finish is not None)
+            except BaseException as exc:  # the stop's Cancelled, caught here; or an outer one
+                if not call._scope.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+            else:
+                call._scope.__exit__(None, None, None)
             ended = clock.current_time()
             if box.gone:
                 # The consumer left: no finish is made for nobody, and no put raises.
