@@ -60,7 +60,7 @@ from ._abort import AbortSignal
 from ._mailbox import Mailbox
 from ._misuse import STREAM_FORM, not_entered, not_in_trio
 from ._pricing import Pricer
-from ._registration import Registration
+from ._registration import Leaseholder, Registration
 from ._secrets import HeldSecrets
 from ._stats import CallSeries
 from ._stopper import Stopper
@@ -252,6 +252,13 @@ class Call:
     #: The call log's record of this call, from the hand-off to the adapter (None: not logged).
     _record: CallRecorder | None = attrs.field(default=None, init=False)
     _log_id: str | None = attrs.field(default=None, init=False)
+    #: Its neighbours in its runtime's calls in flight (`_runtime.InFlight`): a list
+    #: threaded through the calls, 16 B a call where a set costs up to 100.
+    _older: Call | None = attrs.field(default=None, init=False)
+    _newer: Call | None = attrs.field(default=None, init=False)
+    #: Its neighbours among its registration's lease holders (`Registration.acquire`).
+    _lease_older: Leaseholder | None = attrs.field(default=None, init=False)
+    _lease_newer: Leaseholder | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._box = Mailbox(self._core.channel_size)

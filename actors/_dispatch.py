@@ -58,8 +58,8 @@ from ._prepare import (
     validated_model_info,
 )
 from ._registration import Registration
-from ._stats import CallSeries
 from ._topology import Route
+from .call_log import CallRecorder
 
 __all__ = ["run_call", "CLOSE_TIMEOUT"]
 
@@ -80,39 +80,38 @@ async def run_call(call: Call) -> None:
     """The call task: adapter work under `_scope`, then delivery of the terminal item.
 
     One coroutine on purpose: a parked call holds one frame here, not two.
+    Its locals are few on purpose too: trio keeps this frame twice (the
+    coroutine and the frame object it inspects at spawn), so each name costs
+    16 B per in-flight call. What is needed only before or after the adapter
+    work lives in the helpers (`_refusal`, `_priced`, `_finish`, `_ended_task`).
     """
-    core = call._core
     box = call._box
-    series = call._series
-    assert series is not None  # set by __aenter__ before the task starts
-    delivered: Finish | None = None
-    middleware_failed = False
     # The adapter work `_ended_task` counts (``started`` None: the call did none).
     forwarded = dropped = 0
     started: float | None = None
     first = ended = 0.0
     # When the finish went into the box, if not at ``ended`` (0.0: at ``ended``).
     delivered_at = 0.0
+    middleware_failed = False
     try:
-        if call._cause is not None:  # aborted before it started: no lookup, no I/O
-            item: Finish | _Raise = call._cause
-        elif (invalid := invalid_reason(call.options)) is not None:
-            # Refused before middleware, lookup and I/O: where the gateway
-            # refuses the same request, before any call starts.
-            item = _error(ErrorCode.INVALID_REQUEST, invalid)
-        else:
+        # Stopped before it started, or refused before middleware, lookup and
+        # I/O (where the gateway refuses the same request, before any call starts).
+        item: Finish | _Raise | None = _refusal(call)
+        if item is None:
             # The clock object and method calls on it and on ``box``: no bound
             # method object per call lives in this frame.
             clock = trio.lowlevel.current_clock()
             finish: Finish | None = None
-            failed: Exception | None = None
-            raised: Exception | None = None
+            error: Exception | None = None
             source: AsyncIterator[StreamChunk] | None = None
             saw_block = False
             started = first = call._watch_last = clock.current_time()
             call._watch()
             enter_call(call)  # for llmrt.adapter.close_on_stop and `current_call`
-            with call._scope:
+            # The scope entered and left by hand: a ``with`` would keep its bound
+            # ``__exit__`` (64 B) in this frame for the whole call.
+            call._scope.__enter__()
+            try:
                 try:
                     opened = await _chain_head(call)
                     if isinstance(opened, Finish):
@@ -120,15 +119,13 @@ async def run_call(call: Call) -> None:
                     else:
                         source = opened
                         record = None if call._chained else call._record
-                        times = None if record is None else record.times
-                        chunks = None if record is None else record.chunks
                         async for chunk in source:
                             call._watch_last = clock.current_time()
                             if call._cause is not None:
                                 break
-                            if chunks is not None:  # the call log: time, chunk
-                                times.append(call._watch_last)  # type: ignore[union-attr]
-                                chunks.append(chunk)
+                            if record is not None:  # the call log: time, chunk
+                                record.times.append(call._watch_last)
+                                record.chunks.append(chunk)
                             cls = type(chunk)
                             if cls is Finish:
                                 finish = chunk  # type: ignore[assignment]
@@ -136,9 +133,7 @@ async def run_call(call: Call) -> None:
                             if cls in _CONTENT:
                                 saw_block = True
                             elif cls is UsageChunk:
-                                chunk = core.pricer.priced(core, series, call.options, chunk)
-                                if chunks is not None:
-                                    chunks[-1] = chunk  # the call log keeps the price too
+                                chunk = _priced(call, chunk, record)
                             else:
                                 finish = _not_a_chunk(cls)
                                 break
@@ -147,17 +142,9 @@ async def run_call(call: Call) -> None:
                             forwarded += 1
                             # Where each chunk is forwarded: into the consumer's mailbox.
                             if not box.put_nowait(chunk):
-                                call._watch_paused = True
-                                try:
-                                    await box.put(chunk)
-                                finally:
-                                    call._watch_paused = False
-                                    call._watch_last = clock.current_time()
+                                await _put_waiting(call, chunk)
                 except Exception as exc:
-                    if source is not None and source is call._inner:
-                        failed = exc  # the empty chain: the exception is the adapter's own
-                    else:
-                        raised = exc  # it left the middleware chain
+                    error = exc  # the adapter's or a middleware's: `_finish` tells which
                 finally:
                     if finish is None and _nothing_open(call, source):
                         # The stopped call's usual end: the adapter's stream ended (its
@@ -166,16 +153,21 @@ async def run_call(call: Call) -> None:
                         _release(call)
                     else:
                         dropped = await _close_work(call, source, finish is not None)
+            except BaseException as exc:  # the stop's Cancelled, caught here; or an outer one
+                if not call._scope.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+            else:
+                call._scope.__exit__(None, None, None)
             ended = clock.current_time()
             if box.gone:
                 # The consumer left: no finish is made for nobody, and no put raises.
-                middleware_failed = raised is not None and (
+                middleware_failed = _raised_by_middleware(call, error, source) and (
                     call._cause is None or finish is not None
                 )
                 if call._record is not None:  # but the call log still records how it ended
-                    call._record.end(_finish(call, finish, failed, raised, saw_block))
+                    call._record.end(_finish(call, finish, error, source, saw_block))
                 return
-            item = _finish(call, finish, failed, raised, saw_block)
+            item = _finish(call, finish, error, source, saw_block)
             middleware_failed = type(item) is _Raise
             if call._record is not None:
                 call._record.end(item)  # the call log: the record is handed over
@@ -183,23 +175,53 @@ async def run_call(call: Call) -> None:
             await box.put(item)
             delivered_at = trio.current_time()
         if type(item) is Finish:
-            delivered = item
+            call._delivered = item
     except trio.BrokenResourceError:
         pass  # the consumer left before the end: nobody to tell
     finally:
-        at = delivered_at or ended
         _ended_task(
             call,
-            series,
-            delivered,
             middleware_failed,
             forwarded,
             dropped,
             started,
             first,
             ended,
-            at,
+            delivered_at,
         )
+
+
+async def _put_waiting(call: Call, chunk: StreamChunk) -> None:
+    """Wait for room in the full mailbox: the consumer is behind, so idle time does not count."""
+    call._watch_paused = True
+    try:
+        await call._box.put(chunk)
+    finally:
+        call._watch_paused = False
+        call._watch_last = trio.current_time()
+
+
+def _refusal(call: Call) -> Finish | None:
+    """The finish of a call that does no adapter work (None: it does some).
+
+    Its first cause when it was stopped before its task ran; ``INVALID_REQUEST``
+    for a request that breaks its Struct's constraints.
+    """
+    if call._cause is not None:
+        return call._cause
+    invalid = invalid_reason(call.options)
+    return None if invalid is None else _error(ErrorCode.INVALID_REQUEST, invalid)
+
+
+def _priced(call: Call, chunk: StreamChunk, record: CallRecorder | None) -> StreamChunk:
+    """A ``usage`` chunk with the call's price (the call log keeps the price too)."""
+    core = call._core
+    series = call._series
+    assert series is not None  # set by __aenter__ before the task starts
+    chunk = core.pricer.priced(core, series, call.options, chunk)
+    if record is not None:
+        record.chunks[-1] = chunk
+    return chunk
 
 
 def _nothing_open(call: Call, source: AsyncIterator[StreamChunk] | None) -> bool:
@@ -226,8 +248,6 @@ async def _close_work(call: Call, source: AsyncIterator[StreamChunk] | None, fin
 
 def _ended_task(
     call: Call,
-    series: CallSeries,
-    delivered: Finish | None,
     middleware_failed: bool,
     forwarded: int,
     dropped: int,
@@ -239,19 +259,24 @@ def _ended_task(
     """The call task's last step: close the box, stop watching, count the call out.
 
     ``forwarded`` .. ``ended``: its adapter work (``started`` None: none);
-    ``delivered_at``: when its finish went into the box (0.0: read the clock).
+    ``delivered_at``: when its finish went into the box (0.0: at ``ended``, or if the call
+    did no adapter work, now);
+    what it delivered is ``call._delivered`` (None: the consumer left first).
     """
     call._box.close()
     call._task_done = True
     core = call._core
+    series = call._series
+    assert series is not None  # set by __aenter__ before the task starts
     if call._stop_counted:
         core.stopper.ended()
     if call._watch_entry is not None:
         core.watchdog.forget(call._watch_entry)
         call._watch_entry = None
+    delivered = call._delivered
     latency = None
     if delivered is not None and delivered is call._cause and call._aborted_at is not None:
-        latency = (delivered_at or trio.current_time()) - call._aborted_at
+        latency = (delivered_at or ended or trio.current_time()) - call._aborted_at
     core.call_ended(
         call,
         series,
@@ -292,22 +317,23 @@ async def _chain_head(call: Call) -> AsyncIterator[StreamChunk] | Finish:
 def _finish(
     call: Call,
     finish: Finish | None,
-    failed: Exception | None,
-    raised: Exception | None,
+    error: Exception | None,
+    source: AsyncIterator[StreamChunk] | None,
     saw_block: bool,
 ) -> Finish | _Raise:
     """Where the finish is made: the first cause, a middleware error, or the corrected finish.
 
     The one terminal item `run_call` delivers (a `_Raise` re-raises a
-    middleware's exception in the consumer).
+    middleware's exception in the consumer). ``error``: what the call's
+    stream raised (`_raised_by_middleware` tells whose it is).
     """
     if call._cause is not None and finish is None:
         return call._cause
-    if raised is not None:
-        return _Raise(raised)
+    if error is not None and _raised_by_middleware(call, error, source):
+        return _Raise(error)
     if finish is None:
-        if failed is not None:
-            return _adapter_failed(call, failed)
+        if error is not None:
+            return _adapter_failed(call, error)
         return _error(ErrorCode.PROTOCOL, "the adapter's stream ended without a finish chunk")
     kind = type(finish.reason)
     if kind is FinishStop and not saw_block:
@@ -316,6 +342,14 @@ def _finish(
         # Straight from the adapter (no middleware): the one redaction point.
         return _scrub_finish(call, finish)
     return finish
+
+
+def _raised_by_middleware(
+    call: Call, error: Exception | None, source: AsyncIterator[StreamChunk] | None
+) -> bool:
+    """Whether ``error`` left the middleware chain: not the adapter's own exception, which
+    it is when the call iterated the adapter's stream itself (the empty chain)."""
+    return error is not None and (source is None or source is not call._inner)
 
 
 def _scrub(call: Call, failure: LlmFailure) -> LlmFailure:

@@ -1,9 +1,10 @@
 """Registration actors: one per `register_adapter`, owning the adapter's lifetime.
 
-A registration leases itself to the calls it serves. Leasing is a plain set
-insertion (trio is single-threaded, and a call must not pay a mailbox round
-trip); everything about the registration's *lifetime* — drain, abort of the
-stragglers, closing the adapter — happens in its actor task, driven by one
+A registration leases itself to the calls it serves. Leasing is a plain
+link into a list threaded through the holders (trio is single-threaded, and
+a call must not pay a mailbox round trip, nor a set's 50-100 B a call);
+everything about the registration's *lifetime* (drain, abort of the
+stragglers, closing the adapter) happens in its actor task, driven by one
 message on its mailbox.
 """
 
@@ -28,6 +29,10 @@ ADAPTER_CLOSE_TIMEOUT = 10.0
 
 
 class Leaseholder(Protocol):
+    #: Its neighbours among its registration's lease holders (the registration links them).
+    _lease_older: Leaseholder | None
+    _lease_newer: Leaseholder | None
+
     def _abort_with(self, code: str, message: str) -> None: ...
 
 
@@ -39,7 +44,9 @@ class Registration:
     id: int
     #: Seconds a call may wait for the adapter's next chunk (per route of this registration).
     idle_timeout: float
-    _leases: set[Leaseholder] = attrs.field(factory=set, init=False)
+    #: The newest lease holder; each holder links to the next older one.
+    _newest_holder: Leaseholder | None = attrs.field(default=None, init=False)
+    _leases: int = attrs.field(default=0, init=False)
     _draining: bool = attrs.field(default=False, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     closed: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -57,19 +64,44 @@ class Registration:
 
     @property
     def in_flight(self) -> int:
-        return len(self._leases)
+        return self._leases
 
     def acquire(self, holder: Leaseholder) -> bool:
         """Lease this registration to a call; False once it is draining."""
         if self._draining:
             return False
-        self._leases.add(holder)
+        newest = self._newest_holder
+        holder._lease_older = newest
+        if newest is not None:
+            newest._lease_newer = holder
+        self._newest_holder = holder
+        self._leases += 1
         return True
 
     def release(self, holder: Leaseholder) -> None:
-        self._leases.discard(holder)
+        """End ``holder``'s lease (nothing if it holds none)."""
+        older, newer = holder._lease_older, holder._lease_newer
+        if newer is not None:
+            newer._lease_older = older
+        elif self._newest_holder is holder:
+            self._newest_holder = older
+        else:
+            return  # not a holder
+        if older is not None:
+            older._lease_newer = newer
+        holder._lease_older = holder._lease_newer = None
+        self._leases -= 1
         if self._draining and not self._leases:
             self._idle.set()
+
+    def _holders(self) -> list[Leaseholder]:
+        """The lease holders now, newest first."""
+        holders = []
+        holder = self._newest_holder
+        while holder is not None:
+            holders.append(holder)
+            holder = holder._lease_older
+        return holders
 
     def drain(self, timeout: float) -> None:
         """Ask the actor to drain (running calls get ``timeout`` seconds) and close the adapter.
@@ -108,7 +140,7 @@ class Registration:
                     nursery.cancel_scope.cancel()
         finally:
             self._draining = True
-            for holder in list(self._leases):
+            for holder in self._holders():
                 holder._abort_with(ErrorCode.ABORTED, "the runtime is shutting down")
             with trio.move_on_after(ADAPTER_CLOSE_TIMEOUT, shield=True) as scope:
                 try:
@@ -133,6 +165,6 @@ class Registration:
                 timeout = 0.0
         with trio.move_on_after(timeout):
             await self._idle.wait()
-        for holder in list(self._leases):
+        for holder in self._holders():
             holder._abort_with(ErrorCode.ABORTED, "the adapter registration was disposed")
         await self._idle.wait()
