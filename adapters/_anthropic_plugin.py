@@ -2,17 +2,17 @@
 
 Every ``llmrt`` command loads every installed plugin, so this module imports
 only the plugin interface; the adapter, with httpx and the wire code, is
-imported when `AnthropicConfig.build` first builds one.
+imported when `AnthropicConfig.build` first builds one (its `adapter_class`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
-from llmrt import Adapter, ResolvedRetryPolicy
+from llmrt import ResolvedRetryPolicy
 
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -26,23 +26,20 @@ class AnthropicConfig(HttpAdapterConfig, tag="anthropic", frozen=True):
     default_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
     default_key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"
+    fallback_model: ClassVar[str | None] = "claude-sonnet-4-5"
+    adapter_class: ClassVar[str | None] = "llmrt.adapters._anthropic_adapter:AnthropicAdapter"
 
-    def default_model(self) -> str | None:
-        return self.models[0].id if self.models else "claude-sonnet-4-5"
-
-    def build(
+    def adapter_kwargs(
         self,
         *,
         key_env: str | None,
         retry: ResolvedRetryPolicy | None,
         environ: Mapping[str, str] | None,
-    ) -> Adapter:
-        from ._anthropic_adapter import AnthropicAdapter
-
-        kwargs = self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ)
+    ) -> dict[str, Any]:
+        kwargs = super().adapter_kwargs(key_env=key_env, retry=retry, environ=environ)
         if self.default_max_tokens is not None:
             kwargs["default_max_tokens"] = self.default_max_tokens
-        return AnthropicAdapter(**kwargs)
+        return kwargs
 
 
 PLUGIN = AdapterPlugin(

@@ -2,15 +2,12 @@
 
 Every ``llmrt`` command loads every installed plugin, so this module imports
 only the plugin interface; the adapter, with httpx and the wire code, is
-imported when `GeminiConfig.build` first builds one.
+imported when `GeminiConfig.build` first builds one (its `adapter_class`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
-
-from llmrt import Adapter, ResolvedRetryPolicy
 
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -21,20 +18,8 @@ class GeminiConfig(HttpAdapterConfig, tag="gemini", frozen=True):
     """A ``[[provider]]`` entry with ``adapter = "gemini"``."""
 
     default_key_env: ClassVar[str | None] = "GEMINI_API_KEY"
-
-    def default_model(self) -> str | None:
-        return self.models[0].id if self.models else "gemini-2.5-flash"
-
-    def build(
-        self,
-        *,
-        key_env: str | None,
-        retry: ResolvedRetryPolicy | None,
-        environ: Mapping[str, str] | None,
-    ) -> Adapter:
-        from ._gemini_adapter import GeminiAdapter
-
-        return GeminiAdapter(**self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ))
+    fallback_model: ClassVar[str | None] = "gemini-2.5-flash"
+    adapter_class: ClassVar[str | None] = "llmrt.adapters._gemini_adapter:GeminiAdapter"
 
 
 PLUGIN = AdapterPlugin(

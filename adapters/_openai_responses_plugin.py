@@ -2,15 +2,12 @@
 
 Every ``llmrt`` command loads every installed plugin, so this module imports
 only the plugin interface; the adapter, with httpx and the wire code, is
-imported when `OpenAIResponsesConfig.build` first builds one.
+imported when `OpenAIResponsesConfig.build` first builds one (its `adapter_class`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
-
-from llmrt import Adapter, ResolvedRetryPolicy
 
 from .plugin import AdapterPlugin, Detected, HttpAdapterConfig
 
@@ -21,22 +18,10 @@ class OpenAIResponsesConfig(HttpAdapterConfig, tag="openai_responses", frozen=Tr
     """A ``[[provider]]`` entry with ``adapter = "openai_responses"``."""
 
     default_key_env: ClassVar[str | None] = "OPENAI_API_KEY"
-
-    def default_model(self) -> str | None:
-        return self.models[0].id if self.models else "gpt-5-mini"
-
-    def build(
-        self,
-        *,
-        key_env: str | None,
-        retry: ResolvedRetryPolicy | None,
-        environ: Mapping[str, str] | None,
-    ) -> Adapter:
-        from ._openai_responses_adapter import OpenAIResponsesAdapter
-
-        return OpenAIResponsesAdapter(
-            **self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ)
-        )
+    fallback_model: ClassVar[str | None] = "gpt-5-mini"
+    adapter_class: ClassVar[str | None] = (
+        "llmrt.adapters._openai_responses_adapter:OpenAIResponsesAdapter"
+    )
 
 
 PLUGIN = AdapterPlugin(

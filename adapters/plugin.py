@@ -28,6 +28,7 @@ See ``docs/adapters.md``, "Writing an adapter package".
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -195,11 +196,35 @@ class HttpAdapterConfig(AdapterConfig, frozen=True):
     models: tuple[ModelSpec, ...] = ()
     retry: RetryTable | None = None
 
+    #: The model ``llmrt call`` uses when the entry lists none (None: it is required).
+    fallback_model: ClassVar[str | None] = None
+    #: The adapter class, ``"package.module:Class"``, for the default `build`: imported
+    #: when the first adapter is built, so loading the plugin imports no HTTP stack.
+    adapter_class: ClassVar[str | None] = None
+
     def key_env(self) -> str | None:
         return self.api_key_env or self.default_key_env
 
     def known_models(self) -> tuple[ModelSpec, ...]:
         return self.models
+
+    def default_model(self) -> str | None:
+        return self.models[0].id if self.models else self.fallback_model
+
+    def build(
+        self,
+        *,
+        key_env: str | None,
+        retry: ResolvedRetryPolicy | None,
+        environ: Mapping[str, str] | None,
+    ) -> Adapter:
+        """`adapter_class` built from `adapter_kwargs` (without one: define ``build()``)."""
+        if self.adapter_class is None:
+            return super().build(key_env=key_env, retry=retry, environ=environ)
+        module, _, name = self.adapter_class.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        adapter: Adapter = cls(**self.adapter_kwargs(key_env=key_env, retry=retry, environ=environ))
+        return adapter
 
     def adapter_kwargs(
         self,

@@ -9,6 +9,7 @@ through ``llmrt.toml`` and zero-config detection, with no change to llmrt.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -21,7 +22,7 @@ import pytest
 
 from llmrt.actors.app.config import ConfigError, load_config
 from llmrt.actors.app.plugins import PLUGIN_ERROR, installed, load_plugins
-from llmrt.adapters.plugin import AdapterConfig, AdapterPlugin
+from llmrt.adapters.plugin import AdapterConfig, AdapterPlugin, ModelSpec
 
 CLI = [sys.executable, "-m", "llmrt.actors.app.cli"]
 SECRET = "sk-echo-never-shown-0123456789"
@@ -364,3 +365,27 @@ def test_loading_the_installed_plugins_leaves_the_http_stack_unloaded() -> None:
         "GeminiAdapter",
         "OpenAIResponsesAdapter",
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fallback", "cls"),
+    [
+        ("anthropic", "claude-sonnet-4-5", "AnthropicAdapter"),
+        ("gemini", "gemini-2.5-flash", "GeminiAdapter"),
+        ("openai_responses", "gpt-5-mini", "OpenAIResponsesAdapter"),
+    ],
+)
+def test_an_http_plugin_builds_its_adapter_class_with_the_entrys_keys(
+    kind: str, fallback: str, cls: str
+) -> None:
+    # HttpAdapterConfig's own build: the class its plugin names, from adapter_kwargs.
+    config_type = importlib.import_module(f"llmrt.adapters._{kind}_plugin").PLUGIN.config
+    assert config_type().default_model() == fallback
+    entry = config_type(
+        base_url="http://127.0.0.1:9/v1", models=(ModelSpec(id="m-1"),), display_name="Mine"
+    )
+    assert entry.default_model() == "m-1"
+    adapter = entry.build(key_env="MY_KEY", retry=None, environ={"MY_KEY": "sk-test"})
+    assert type(adapter).__name__ == cls
+    assert type(adapter).__module__ == f"llmrt.adapters._{kind}_adapter"
+    assert adapter.display_name == "Mine"
