@@ -254,6 +254,14 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
                 f"a call task's last step (its unwinding, in the upstream's wake-up batch), "
                 f"p50 {_fmt(step.get('p50'))} µs, p99 {_fmt(step.get('p99'))} µs"
             )
+        floor_step = abandon.get("floor_last_step_us")
+        if floor_step:
+            parts.append(
+                f"the same step of the floor's call task (a bare trio task with its own scope "
+                f"and socket, stopped the same way), p50 {_fmt(floor_step.get('p50'))} µs, "
+                f"p99 {_fmt(floor_step.get('p99'))} µs, so llmrt's p50 is "
+                f"{_fmt(abandon.get('last_step_p50_over_floor'))}x the floor's"
+            )
         if parts:
             lines += ["Where the time goes: " + "; ".join(parts) + ".", ""]
     runtime = reports.get("runtime")

@@ -39,7 +39,9 @@ Reported per case: p50 / p90 / p99 / max ms and how many closes took at most
 of p99 <= ``TARGET_P99_MS``. The profile of what remains: for llmrt, the
 stop until its own ``close()`` of the socket (the rest is the upstream's
 wake-up), and, from a tenth as many extra rounds under a trio instrument,
-the duration of each call task's last step (see `LastSteps`).
+the duration of each call task's last step (see `LastSteps`) beside the
+same step of a floor call task (`floor_task`: a bare trio task with its own
+cancel scope and socket, stopped the same way), as a ratio of medians.
 
     python bench/bench_abandon.py [--quick]
 """
@@ -123,15 +125,17 @@ class LastSteps(trio.abc.Instrument):
     an instrument. The upstream task wakes to the client's close in the
     scheduler batch after the stop, the batch in which this step runs too;
     trio runs a batch in one order or the reverse at random, so about half of
-    the closes wait for this step before the upstream sees them.
+    the closes wait for this step before the upstream sees them. Kept per
+    task name: llmrt's call tasks (``llmrt.call``) and the floor's
+    (`floor_task`, ``floor.call``).
     """
 
     def __init__(self) -> None:
         self._started: dict[trio.lowlevel.Task, float] = {}
-        self.us: list[float] = []
+        self.us: dict[str, list[float]] = {CALL_TASK: [], FLOOR_TASK: []}
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == "llmrt.call":
+        if task.name in self.us:
             self._started[task] = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
@@ -142,7 +146,67 @@ class LastSteps(trio.abc.Instrument):
         # the step now under way is the last one.
         started = self._started.get(task)
         if started is not None:
-            self.us.append((time.perf_counter() - started) * 1e6)
+            self.us[task.name].append((time.perf_counter() - started) * 1e6)
+
+
+CALL_TASK = "llmrt.call"
+FLOOR_TASK = "floor.call"
+
+
+async def floor_task(
+    session: _floor.Session,
+    body: bytes,
+    deltas: int,
+    seen: trio.Event,
+    handle: list[Any],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The least a call task does: its own cancel scope and socket, read until stopped.
+
+    The floor for a call task's last step: its consumer stops it as llmrt's
+    stop does (closes the socket under the waiting read, cancels the scope),
+    and the task unwinds and exits. It counts text deltas by their bytes and
+    sets ``seen`` after ``deltas`` of them; ``handle`` gets (scope, stream).
+    """
+    with trio.CancelScope() as scope:
+        sock = await trio.open_tcp_stream(session.host, session.port)
+        handle += (scope, sock)
+        task_status.started()
+        try:
+            async with sock:
+                await sock.send_all(session.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                count = 0
+                while data := await sock.receive_some(_floor.READ):
+                    count += data.count(b'"content":')
+                    if count > deltas:  # the role event's empty content counts too
+                        seen.set()
+        except trio.ClosedResourceError:
+            pass
+
+
+async def run_floor_tasks(session: _floor.Session, streams: int, stagger: float) -> None:
+    """One round of `floor_task` streams, each stopped by its consumer after its deltas."""
+    async with trio.open_nursery() as tasks:
+
+        async def one(n: int) -> None:
+            body = msgspec.json.encode(
+                {"model": "m", "messages": [{"role": "user", "content": prompt(n)}], "stream": True}
+            )
+            seen = trio.Event()
+            handle: list[Any] = []
+            await tasks.start(
+                floor_task, session, body, leave_after(n), seen, handle, name=FLOOR_TASK
+            )
+            await seen.wait()
+            scope, sock = handle
+            sock.socket.close()
+            scope.cancel()
+
+        async with trio.open_nursery() as consumers:
+            for n in range(streams):
+                consumers.start_soon(one, n)
+                await trio.sleep(stagger)
 
 
 async def run_llmrt(
@@ -279,12 +343,16 @@ async def measure(
                 with trio.fail_after(10):
                     await upstream.wait_all_closed()
                 samples[case] += closes(upstream, first_request, left, odd[case])
-        # The profile: a tenth as many rounds again, llmrt only, under `LastSteps`.
+        # The profile: a tenth as many rounds again under `LastSteps`, llmrt's
+        # two cases and the floor's call tasks interleaved.
         steps = LastSteps()
         trio.lowlevel.add_instrument(steps)
         for _ in range(max(1, rounds // 10)):
-            for case in ("leave", "abort"):
-                await run_llmrt(rt, streams, stagger, case, [])
+            for case in ("leave", "abort", "floor"):
+                if case == "floor":
+                    await run_floor_tasks(session, streams, stagger)
+                else:
+                    await run_llmrt(rt, streams, stagger, case, [])
                 with trio.fail_after(10):
                     await upstream.wait_all_closed()
         trio.lowlevel.remove_instrument(steps)
@@ -294,7 +362,8 @@ async def measure(
         "anomalies": odd,
         "own_close_us": own_close,
         "abort_to_finish_us": abort_to_finish,
-        "call_last_step_us": steps.us,
+        "call_last_step_us": steps.us[CALL_TASK],
+        "floor_last_step_us": steps.us[FLOOR_TASK],
     }
 
 
@@ -349,6 +418,7 @@ def main() -> int:
             **percentiles(finished),
         }
     last_steps = checks["call_last_step_us"]
+    floor_steps = checks["floor_last_step_us"]
     report: dict[str, Any] = {
         "benchmark": "abandon",
         "command": command,
@@ -364,6 +434,8 @@ def main() -> int:
         "results": results,
         "call_last_step_us": {"samples": len(last_steps), "p50": median(last_steps),
                               **percentiles(last_steps)} if last_steps else None,
+        "floor_last_step_us": {"samples": len(floor_steps), "p50": median(floor_steps),
+                               **percentiles(floor_steps)} if floor_steps else None,
         "targets": targets,
     }  # fmt: skip
 
@@ -398,11 +470,19 @@ def main() -> int:
             f"p99 {finished_us['p99']:.1f} µs ({finished_us['samples']} finishes)"
         )
     step = report["call_last_step_us"]
+    floor_step = report["floor_last_step_us"]
     if step:
         print(
             f"profile: a call task's last step (its unwinding after the stop), which shares "
             f"the upstream's wake-up batch: p50 {step['p50']:.1f} µs, p99 {step['p99']:.1f} µs "
             f"({step['samples']} calls, extra rounds under a trio instrument)"
+        )
+    if step and floor_step:
+        report["last_step_p50_over_floor"] = step["p50"] / floor_step["p50"]
+        print(
+            f"profile: the floor's call task (a bare trio task, its scope and socket, stopped "
+            f"the same way): p50 {floor_step['p50']:.1f} µs, p99 {floor_step['p99']:.1f} µs; "
+            f"llmrt's p50 is {report['last_step_p50_over_floor']:.2f}x the floor's"
         )
     for name, value in targets.items():
         print(f"target {name}: {value}")
