@@ -163,6 +163,8 @@ class RetryCall:
     attempt: int = attrs.field(default=0, init=False)
     _call: Attempt | None = attrs.field(default=None, init=False)
     _output: bool = attrs.field(default=False, init=False)
+    #: No retry can follow the attempt in progress: its chunks pass straight through.
+    _settled: bool = attrs.field(default=False, init=False)
     _pending_delay: float | None = attrs.field(default=None, init=False)
     _abort: FinishAborted | None = attrs.field(default=None, init=False)
     _sleep: trio.CancelScope | None = attrs.field(default=None, init=False)
@@ -212,55 +214,94 @@ class RetryCall:
         that rules one out (``retry_after_output=False``).
         """
         call = self._call
-        if call is None or self._ended or self._retry_after_output or not self._output:
+        if call is None or self._ended or not self._settled:
             return False
         return call.ready
 
     async def __anext__(self) -> RetryEvent:
+        call = self._call
+        if call is None or self._ended:
+            if (finish := await self._between()) is not None:
+                return self._tagged(finish)
+            call = self._call
+            assert call is not None
+        chunk = await call.__anext__()
+        if type(chunk) is not Finish:
+            if not self._settled and type(chunk) is not UsageChunk:
+                self._output = True
+                self._settled = not self._retry_after_output
+            return AttemptChunk(attempt=self.attempt, chunk=chunk)
+        event = await self._ending(chunk)
+        return event if isinstance(event, RetryScheduled) else self._tagged(event)
+
+    async def next_chunk(self) -> StreamChunk | RetryScheduled:
+        """The next event with its chunk unwrapped: for consumers that drop the attempt tag.
+
+        What iterating does, without an `AttemptChunk` per chunk (the gateways
+        use it: they forward chunks and act on `RetryScheduled`). Raises
+        `StopAsyncIteration` after the terminal finish.
+        """
+        call = self._call
+        if call is None or self._ended:
+            if (event := await self._between()) is not None:
+                return event
+            call = self._call
+            assert call is not None
+        chunk = await call.__anext__()
+        if type(chunk) is not Finish:
+            if not self._settled and type(chunk) is not UsageChunk:
+                self._output = True
+                self._settled = not self._retry_after_output
+            return chunk
+        return await self._ending(chunk)
+
+    def _tagged(self, chunk: StreamChunk) -> AttemptChunk:
+        return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
+
+    async def _between(self) -> Finish | None:
+        """Before an attempt: its start (None), or the final finish instead of one."""
         if self._ended:
             raise StopAsyncIteration
-        if self._call is None:
-            if self.attempt == 0 and (invalid := invalid_reason(self.options)) is not None:
-                # Final before any attempt, whatever the policy: the same request
-                # would be refused the same way, as the gateway refuses it.
-                failure = LlmFailure(message=invalid, code=ErrorCode.INVALID_REQUEST)
-                return self._final(Finish(reason=FinishError(failure=failure)))
-            if self._pending_delay is not None:
-                await self._back_off(self._pending_delay)
-                self._pending_delay = None
-            if self._abort is not None or self._core.closing:
-                return self._final(Finish(reason=self._abort or _SHUTDOWN))
-            await self._start_attempt()
-        assert self._call is not None
-        chunk = await self._call.__anext__()
-        if type(chunk) is not Finish:
-            if type(chunk) is not UsageChunk:
-                self._output = True
-            return AttemptChunk(attempt=self.attempt, chunk=chunk)
-        reason = chunk.reason
-        if type(reason) is FinishError and self._abort is None and not self._core.closing:
-            delay = None
-            if self._retry_after_output or not self._output:
-                delay = retry_delay_ms(
-                    self.policy,
-                    reason.failure,
-                    self.attempt - 1,
-                    self._rng,
-                    max_retry_after_ms=self._max_retry_after_ms,
-                )
-            if delay is not None:
-                if _summary.log_of(self._core) is not None:
-                    code = str(reason.failure.code)
-                    self._logged = _summary.retried(
-                        self._logged, self.attempt, self._call, code, delay
-                    )
-                await self._end_attempt()
-                self._pending_delay = delay
-                self._core.retry_scheduled(str(reason.failure.code))
-                return RetryScheduled(attempt=self.attempt, failure=reason.failure, delay_ms=delay)
-        return self._final(chunk)
+        if self.attempt == 0 and (invalid := invalid_reason(self.options)) is not None:
+            # Final before any attempt, whatever the policy: the same request
+            # would be refused the same way, as the gateway refuses it.
+            failure = LlmFailure(message=invalid, code=ErrorCode.INVALID_REQUEST)
+            return self._final(Finish(reason=FinishError(failure=failure)))
+        if self._pending_delay is not None:
+            await self._back_off(self._pending_delay)
+            self._pending_delay = None
+        if self._abort is not None or self._core.closing:
+            return self._final(Finish(reason=self._abort or _SHUTDOWN))
+        await self._start_attempt()
+        return None
 
-    def _final(self, chunk: Finish) -> AttemptChunk:
+    async def _ending(self, chunk: Finish) -> Finish | RetryScheduled:
+        """An attempt's finish: the call's, or a `RetryScheduled` when another attempt follows."""
+        reason = chunk.reason
+        if self._settled or type(reason) is not FinishError:
+            return self._final(chunk)
+        if self._abort is not None or self._core.closing:
+            return self._final(chunk)
+        delay = None
+        if self._retry_after_output or not self._output:
+            delay = retry_delay_ms(
+                self.policy,
+                reason.failure,
+                self.attempt - 1,
+                self._rng,
+                max_retry_after_ms=self._max_retry_after_ms,
+            )
+        if delay is None:
+            return self._final(chunk)
+        if _summary.log_of(self._core) is not None:
+            code = str(reason.failure.code)
+            self._logged = _summary.retried(self._logged, self.attempt, self._call, code, delay)
+        await self._end_attempt()
+        self._pending_delay = delay
+        self._core.retry_scheduled(str(reason.failure.code))
+        return RetryScheduled(attempt=self.attempt, failure=reason.failure, delay_ms=delay)
+
+    def _final(self, chunk: Finish) -> Finish:
         self._ended = True
         log = _summary.log_of(self._core)
         if log is not None and self.log_id is not None:
@@ -269,7 +310,7 @@ class RetryCall:
                 logged = _summary.retried(logged, self.attempt, self._call, None, None)
             _summary.retry_ended(log, self.log_id, self._log_at, self.options, logged, chunk)
         self._core.retry_ended(max(self.attempt, 1))
-        return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
+        return chunk
 
     async def _start_attempt(self) -> None:
         self.attempt += 1
@@ -278,6 +319,10 @@ class RetryCall:
         self._output = False
         # Kept only once entered: a call whose start was cancelled has nothing to stop.
         self._call = await self._start(self.options, self._signal).__aenter__()
+        # A policy that allows no retry (the route's, once the attempt knows its route)
+        # settles the call at once.
+        policy = self.policy
+        self._settled = type(policy) is NormalRetryPolicy and self.attempt > policy.max_retries
 
     async def _end_attempt(self) -> None:
         call, self._call = self._call, None

@@ -267,6 +267,55 @@ async def test_no_retry_after_output_when_asked(autojump_clock: trio.testing.Moc
     assert final(events).reason.failure.code == ErrorCode.NETWORK  # type: ignore[union-attr]
 
 
+async def test_next_chunk_gives_the_same_events_unwrapped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def script(request: GenerateOptions) -> list[Any]:
+        if len(adapter.requests) == 1:
+            return [*text_script(["half"])[:2], Raise(LlmError(ErrorCode.NETWORK, "dropped"))]
+        return text_script(["whole answer"])
+
+    policy = NormalRetryPolicy(jitter_ratio=0)
+    adapter = ScriptedAdapter(script)
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        tagged, _ = await run(rt, policy=policy)
+        adapter.requests.clear()
+        bare: list[Any] = []
+        async with rt.stream_with_retry(REQUEST, policy=policy) as call:
+            while not bare or type(bare[-1]) is not Finish:
+                bare.append(await call.next_chunk())
+            with pytest.raises(StopAsyncIteration):
+                await call.next_chunk()
+    assert any(isinstance(e, RetryScheduled) for e in bare)
+    assert bare == [e.chunk if isinstance(e, AttemptChunk) else e for e in tagged]
+
+
+async def test_a_policy_with_no_retry_left_lets_chunks_through_at_once() -> None:
+    # ``ready`` is the gateways' batching hint: it says the next chunk is here
+    # only once no retry can follow (here: from the first chunk, the policy
+    # allows none), and an error after it is the call's final answer.
+    script = [*text_script(["a", "b"])[:3], Raise(LlmError(ErrorCode.SERVER_ERROR, "broke"))]
+    policies = [NormalRetryPolicy(max_retries=0), NormalRetryPolicy(jitter_ratio=0)]
+    seen: list[list[bool]] = []
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(script))
+        for policy in policies:
+            readiness: list[bool] = []
+            async with rt.stream_with_retry(REQUEST, policy=policy) as call:
+                async for event in call:
+                    if isinstance(event, RetryScheduled):
+                        break
+                    await trio.testing.wait_all_tasks_blocked()
+                    readiness.append(call.ready)
+                    if isinstance(event.chunk, Finish):
+                        code = event.chunk.reason.failure.code  # type: ignore[union-attr]
+                        assert code == ErrorCode.SERVER_ERROR
+            seen.append(readiness)
+    assert seen[0][:3] == [True, True, True]  # no retry left: the chunks are here
+    assert not any(seen[1])  # a retry may follow: never promised
+
+
 async def test_abort_during_back_off_ends_at_once(autojump_clock: trio.testing.MockClock) -> None:
     policy = NormalRetryPolicy(initial_delay_ms=60_000, max_delay_ms=60_000, jitter_ratio=0)
     async with llmrt.open_runtime() as rt:

@@ -34,9 +34,9 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from llmrt import (
-    AttemptChunk,
     DecodeError,
     ErrorCode,
+    Finish,
     GenerateOptions,
     LlmError,
     ModelInfo,
@@ -634,8 +634,10 @@ class Connection:
                         await forward(chunk)
             else:
                 async with runtime.stream_with_retry(options, policy=policy, signal=signal) as rc:
-                    async for event in rc:
-                        await forward(event.chunk if isinstance(event, AttemptChunk) else event)
+                    # Chunks unwrapped (`RetryCall.next_chunk`): the frames carry no attempt tag.
+                    while type(event := await rc.next_chunk()) is not Finish:
+                        await forward(event)
+                    await forward(event)
         except Exception as exc:
             # A middleware failed: the runtime raised it from the iteration.
             log.warning("call %r failed in middleware: %s", cid, type(exc).__name__)

@@ -639,11 +639,11 @@ class HttpApi:
         keeping = False  # whether `_keeper` runs
         try:
             async with self._events(call, controller) as events:
-                async for event in events:
-                    if type(event) is RetryScheduled:
+                while True:  # every way out of the loop's body on the finish returns
+                    chunk = await events.next_chunk()
+                    if type(chunk) is RetryScheduled:
                         held.clear()  # the failed attempt's chunks are void
                         continue
-                    chunk = event.chunk
                     if writer.gone:
                         # Drained to the aborted finish: the call counts as aborted.
                         if type(chunk) is Finish:
@@ -712,11 +712,11 @@ class HttpApi:
         finish: Finish | None = None
         try:
             async with self._events(call, controller) as events:
-                async for event in events:
-                    if type(event) is RetryScheduled:
+                while finish is None:
+                    chunk = await events.next_chunk()
+                    if type(chunk) is RetryScheduled:
                         assembler = BlockAssembler()
                         continue
-                    chunk = event.chunk
                     assembler.push(chunk)
                     if type(chunk) is Finish:
                         finish = chunk
