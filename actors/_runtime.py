@@ -83,15 +83,6 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 _discovered_decoder = msgspec.json.Decoder(tuple[DiscoveredModel, ...])
 
 
-#: Ended calls counted in one batch (`RuntimeCore.call_ended`): a few KiB held at most.
-_FOLD_AT = 64
-
-#: What `RuntimeCore.call_ended` keeps of a call until it is counted: its series, the
-#: finish it delivered, whether a middleware failed, abort latency, chunks forwarded and
-#: dropped, and the adapter work's start, first chunk and end.
-_Ended = tuple[CallSeries, Finish | None, bool, float | None, int, int, float | None, float, float]
-
-
 def _check_timeout(name: str, value: float) -> float:
     if not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
@@ -202,8 +193,6 @@ class RuntimeCore:
     #: Set when shutdown starts: retry back-offs end at once.
     shutting_down: trio.Event = attrs.field(factory=trio.Event)
     _all_ended: trio.Event = attrs.field(factory=trio.Event)
-    #: Ended calls not yet counted (see `call_ended`).
-    _ended: list[_Ended] = attrs.field(factory=list)
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -248,73 +237,33 @@ class RuntimeCore:
     ) -> None:
         """Count ``call`` out, with its adapter work in one step: chunks, time to the
         first one, duration (trio clock readings; ``started`` None: it did no adapter
-        work; ``first`` means nothing when nothing was ``forwarded``).
-
-        Only the in-flight count changes here. The rest waits in ``_ended`` and
-        is counted in one batch (`_fold`) when the statistics are read or
-        `_FOLD_AT` calls have gathered: it is the call's last step that runs this,
-        on memory gone cold while the call waited on the network, and a batch
-        counts over counters that stay hot.
-        """
+        work; ``first`` means nothing when nothing was ``forwarded``)."""
         self.calls.discard(call)
-        self.stats.calls_in_flight -= 1
-        pending = self._ended
-        pending.append(
-            (
-                series,
-                delivered,
-                middleware_failed,
-                abort_latency,
-                forwarded,
-                dropped,
-                started,
-                first,
-                ended,
-            )
-        )
-        if len(pending) >= _FOLD_AT:
-            self._fold()
-        if self.closing and not self.calls:
-            self._all_ended.set()
-
-    def _fold(self) -> None:
-        """Count the ended calls waiting in ``_ended`` into the statistics."""
-        pending, self._ended = self._ended, []
         stats = self.stats
-        finished = stats.finished
-        failures = stats.failures
-        for (
-            series,
-            delivered,
-            middleware_failed,
-            latency,
-            forwarded,
-            dropped,
-            started,
-            first,
-            ended,
-        ) in pending:
-            if started is not None:
-                stats.chunks_forwarded += forwarded
-                stats.chunks_dropped += dropped
-                series.worked(forwarded, started, first, ended)
-            if middleware_failed:
-                stats.middleware_errors += 1
-            if latency is not None:
-                stats.abort_to_finish.observe(latency)
-            if delivered is None:
-                finished["consumer-left"] += 1
-                series.ended("consumer-left", "")
-                continue
+        stats.calls_in_flight -= 1
+        if started is not None:
+            stats.chunks_forwarded += forwarded
+            stats.chunks_dropped += dropped
+            series.worked(forwarded, started, first, ended)
+        if middleware_failed:
+            stats.middleware_errors += 1
+        if abort_latency is not None:
+            stats.abort_to_finish.observe(abort_latency)
+        if delivered is None:
+            stats.finished["consumer-left"] += 1
+            series.ended("consumer-left", "")
+        else:
             reason = delivered.reason
             kind: str = reason.__struct_config__.tag  # type: ignore[assignment]
-            finished[kind] += 1
+            stats.finished[kind] += 1
             if type(reason) is FinishError or type(reason) is FinishAborted:
                 code = str(reason.failure.code)
-                failures[code] += 1
+                stats.failures[code] += 1
                 series.ended(kind, code)
             else:
                 series.ended(kind, "")
+        if self.closing and not self.calls:
+            self._all_ended.set()
 
     def retry_scheduled(self, code: str) -> None:
         self.stats.retries[code] += 1
@@ -323,7 +272,6 @@ class RuntimeCore:
         self.stats.attempts[attempts] += 1
 
     def statistics(self) -> RuntimeStatistics:
-        self._fold()
         stats = self.stats
         # The watchdog counts its own firings; the snapshot reports them with the rest.
         stats.watchdog_firings = self.watchdog.firings

@@ -616,42 +616,6 @@ async def test_two_thousand_mixed_calls_leave_nothing_behind(
         assert len(alive) == 0
 
 
-async def test_ended_calls_are_counted_in_batches_and_exactly_when_read() -> None:
-    # A call's last step only queues its counts; they are folded in batches of
-    # `_FOLD_AT` and on every read. Three batches and a remainder, of three outcomes.
-    from llmrt.actors._runtime import _FOLD_AT
-
-    n = 3 * _FOLD_AT + 5
-    async with llmrt.open_runtime() as rt:
-        await rt.register_adapter(["p"], ScriptedAdapter(text_script(["x"])))
-        await rt.register_adapter(["s"], ScriptedAdapter(STALL_AFTER_ONE))
-        counts = {"stop": 0, "aborted": 0, "consumer-left": 0}
-        for i in range(n):
-            kind = ("stop", "aborted", "consumer-left")[i % 3]
-            async with rt.stream(make("p" if kind == "stop" else "s")) as call:
-                async for chunk in call:
-                    if isinstance(chunk, TextDelta) and kind != "stop":
-                        if kind == "aborted":
-                            call.abort()
-                        else:
-                            break
-            counts[kind] += 1
-            assert len(rt._core._ended) < _FOLD_AT
-            if i in (_FOLD_AT - 1, n - 1):
-                stats = rt.statistics()
-                assert stats.calls_in_flight == 0
-                assert sum(stats.calls_finished.values()) == i + 1
-                assert dict(stats.calls_finished) == {k: v for k, v in counts.items() if v}
-        assert stats.failures_by_code == {"ABORTED": counts["aborted"]}
-        assert stats.abort_to_finish.count == counts["aborted"]
-        by_provider = {p.provider: p for p in stats.providers}
-        assert by_provider["p"].finished("stop") == counts["stop"]
-        assert by_provider["s"].finished("aborted", "ABORTED") == counts["aborted"]
-        assert by_provider["s"].finished("consumer-left") == counts["consumer-left"]
-        assert by_provider["p"].chunks_forwarded == 4 * counts["stop"]
-        assert stats.chunks_forwarded == sum(p.chunks_forwarded for p in stats.providers)
-
-
 async def test_one_scripted_exception_raised_by_many_calls_keeps_none_of_them() -> None:
     # Re-raising one instance chains each raise's traceback onto the last, and
     # with it every earlier call's frames: the scripted adapter resets it.
