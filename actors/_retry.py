@@ -219,6 +219,8 @@ class RetryCall:
         return call.ready
 
     async def __anext__(self) -> RetryEvent:
+        # `next_chunk`'s twin, kept apart on purpose: one wrapping the other costs
+        # every chunk an extra coroutine frame (about 0.7 us).
         call = self._call
         if call is None or self._ended:
             if (finish := await self._between()) is not None:
@@ -227,9 +229,8 @@ class RetryCall:
             assert call is not None
         chunk = await call.__anext__()
         if type(chunk) is not Finish:
-            if not self._settled and type(chunk) is not UsageChunk:
-                self._output = True
-                self._settled = not self._retry_after_output
+            if not self._settled:
+                self._seen(chunk)
             return AttemptChunk(attempt=self.attempt, chunk=chunk)
         event = await self._ending(chunk)
         return event if isinstance(event, RetryScheduled) else self._tagged(event)
@@ -249,11 +250,16 @@ class RetryCall:
             assert call is not None
         chunk = await call.__anext__()
         if type(chunk) is not Finish:
-            if not self._settled and type(chunk) is not UsageChunk:
-                self._output = True
-                self._settled = not self._retry_after_output
+            if not self._settled:
+                self._seen(chunk)
             return chunk
         return await self._ending(chunk)
+
+    def _seen(self, chunk: StreamChunk) -> None:
+        """Note output (usage is none): with ``retry_after_output=False`` it settles the call."""
+        if type(chunk) is not UsageChunk:
+            self._output = True
+            self._settled = not self._retry_after_output
 
     def _tagged(self, chunk: StreamChunk) -> AttemptChunk:
         return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)

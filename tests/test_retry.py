@@ -237,15 +237,22 @@ async def test_always_mode_retries_every_code(
     assert final(events).reason == FinishStop()
 
 
-async def test_partial_output_is_tagged_with_its_attempt(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+def half_then_whole() -> ScriptedAdapter:
+    """The first request streams half an answer, then drops; later ones answer whole."""
+
     def script(request: GenerateOptions) -> list[Any]:
         if len(adapter.requests) == 1:
             return [*text_script(["half"])[:2], Raise(LlmError(ErrorCode.NETWORK, "dropped"))]
         return text_script(["whole answer"])
 
     adapter = ScriptedAdapter(script)
+    return adapter
+
+
+async def test_partial_output_is_tagged_with_its_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    adapter = half_then_whole()
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], adapter)
         events, _ = await run(rt, policy=NormalRetryPolicy(jitter_ratio=0))
@@ -270,13 +277,8 @@ async def test_no_retry_after_output_when_asked(autojump_clock: trio.testing.Moc
 async def test_next_chunk_gives_the_same_events_unwrapped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    def script(request: GenerateOptions) -> list[Any]:
-        if len(adapter.requests) == 1:
-            return [*text_script(["half"])[:2], Raise(LlmError(ErrorCode.NETWORK, "dropped"))]
-        return text_script(["whole answer"])
-
     policy = NormalRetryPolicy(jitter_ratio=0)
-    adapter = ScriptedAdapter(script)
+    adapter = half_then_whole()
     async with llmrt.open_runtime() as rt:
         await rt.register_adapter(["p"], adapter)
         tagged, _ = await run(rt, policy=policy)
