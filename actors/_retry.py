@@ -162,8 +162,8 @@ class RetryCall:
     #: The attempt in progress (1-based); 0 before the first.
     attempt: int = attrs.field(default=0, init=False)
     _call: Attempt | None = attrs.field(default=None, init=False)
-    _output: bool = attrs.field(default=False, init=False)
-    #: No retry can follow the attempt in progress: its chunks pass straight through.
+    #: No retry can follow the attempt in progress (output went out with
+    #: ``retry_after_output=False``, or the policy has none left): chunks pass straight through.
     _settled: bool = attrs.field(default=False, init=False)
     _pending_delay: float | None = attrs.field(default=None, init=False)
     _abort: FinishAborted | None = attrs.field(default=None, init=False)
@@ -210,8 +210,8 @@ class RetryCall:
         """Whether the next event is already here: taking it will not wait (`Call.ready`).
 
         False between attempts, and while a retry may still follow (an error
-        finish would start a back-off): only once the attempt has sent output
-        that rules one out (``retry_after_output=False``).
+        finish would start a back-off): only once the call is settled, by
+        output with ``retry_after_output=False`` or by a policy with no retry left.
         """
         call = self._call
         if call is None or self._ended or not self._settled:
@@ -229,8 +229,8 @@ class RetryCall:
             assert call is not None
         chunk = await call.__anext__()
         if type(chunk) is not Finish:
-            if not self._settled:
-                self._seen(chunk)
+            if not (self._settled or self._retry_after_output or type(chunk) is UsageChunk):
+                self._settled = True  # output went out: no retry after it
             return AttemptChunk(attempt=self.attempt, chunk=chunk)
         event = await self._ending(chunk)
         return event if isinstance(event, RetryScheduled) else self._tagged(event)
@@ -250,16 +250,10 @@ class RetryCall:
             assert call is not None
         chunk = await call.__anext__()
         if type(chunk) is not Finish:
-            if not self._settled:
-                self._seen(chunk)
+            if not (self._settled or self._retry_after_output or type(chunk) is UsageChunk):
+                self._settled = True  # output went out: no retry after it
             return chunk
         return await self._ending(chunk)
-
-    def _seen(self, chunk: StreamChunk) -> None:
-        """Note output (usage is none): with ``retry_after_output=False`` it settles the call."""
-        if type(chunk) is not UsageChunk:
-            self._output = True
-            self._settled = not self._retry_after_output
 
     def _tagged(self, chunk: StreamChunk) -> AttemptChunk:
         return AttemptChunk(attempt=max(self.attempt, 1), chunk=chunk)
@@ -284,19 +278,20 @@ class RetryCall:
     async def _ending(self, chunk: Finish) -> Finish | RetryScheduled:
         """An attempt's finish: the call's, or a `RetryScheduled` when another attempt follows."""
         reason = chunk.reason
-        if self._settled or type(reason) is not FinishError:
+        if (
+            self._settled
+            or type(reason) is not FinishError
+            or self._abort is not None
+            or self._core.closing
+        ):
             return self._final(chunk)
-        if self._abort is not None or self._core.closing:
-            return self._final(chunk)
-        delay = None
-        if self._retry_after_output or not self._output:
-            delay = retry_delay_ms(
-                self.policy,
-                reason.failure,
-                self.attempt - 1,
-                self._rng,
-                max_retry_after_ms=self._max_retry_after_ms,
-            )
+        delay = retry_delay_ms(
+            self.policy,
+            reason.failure,
+            self.attempt - 1,
+            self._rng,
+            max_retry_after_ms=self._max_retry_after_ms,
+        )
         if delay is None:
             return self._final(chunk)
         if _summary.log_of(self._core) is not None:
@@ -322,7 +317,6 @@ class RetryCall:
         self.attempt += 1
         if self.attempt == 1:
             self.log_id  # noqa: B018  # the call log: the record's time is the call's start
-        self._output = False
         # Kept only once entered: a call whose start was cancelled has nothing to stop.
         self._call = await self._start(self.options, self._signal).__aenter__()
         # A policy that allows no retry (the route's, once the attempt knows its route)
