@@ -58,16 +58,13 @@ async def _serve(port: int) -> None:
             await stream.aclose()
 
     async def handle(client: trio.SocketStream) -> None:
-        try:
-            upstream = spare_receive.receive_nowait()
-        except trio.WouldBlock:
-            upstream = await trio.open_tcp_stream("127.0.0.1", port)
-            spare = False
-        else:
-            spare = True
         answered = trio.Event()
         async with trio.open_nursery() as nursery:
-            if spare:
+            try:
+                upstream = spare_receive.receive_nowait()
+            except trio.WouldBlock:
+                upstream = await trio.open_tcp_stream("127.0.0.1", port)
+            else:
                 nursery.start_soon(replace, answered)
             nursery.start_soon(_pipe, client, upstream)
             nursery.start_soon(_pipe, upstream, client, answered)
