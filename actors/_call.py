@@ -313,14 +313,17 @@ class Call:
     # ---- ``async with``: start the call task, and on exit stop it ------------------------
 
     async def __aenter__(self) -> Call:
-        """Start the call task (a checkpoint). A call can be entered once.
+        """Start the call task (a cancellation point). A call can be entered once.
 
         The call is its own context manager: an in-flight call is one object
         less that way, which counts at tens of thousands of calls.
         """
         try:
-            await trio.lowlevel.checkpoint()
-        except RuntimeError:  # asyncio's "Task got bad yield": not a trio task
+            # A cancellation point; the schedule point is the caller's first wait
+            # for a chunk (a yield here would delay the call task by one more
+            # pass of the run loop, on the way to its first byte).
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except RuntimeError:  # not in a trio task (asyncio's, or none)
             raise not_in_trio("rt.stream()") from None
         if self._entered:
             raise RuntimeError("this call was already streamed; ask rt.stream() for a new one")

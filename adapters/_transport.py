@@ -399,13 +399,16 @@ class TrioTransport(httpx.AsyncBaseTransport):
                 return
 
     async def _acquire_slot(self, limit: float | None) -> None:
+        # A cancellation point, not a schedule point: the round trip waits for
+        # its response anyway, and a yield here would put one more pass of the
+        # run loop between a call's start and its request reaching the wire.
         slots = self._slots
         if slots is None:
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             return
         if slots.value:
             # A free slot: no timeout scope (the common case below max_connections).
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             try:
                 slots.acquire_nowait()
                 return
@@ -547,8 +550,10 @@ class TrioTransport(httpx.AsyncBaseTransport):
         raw = conn.raw
         if raw is not None:
             # A request fits the socket's send buffer: one non-blocking send, no
-            # timeout scope; the rest (if any) goes the waiting way.
-            await trio.lowlevel.checkpoint()
+            # timeout scope; the rest (if any) goes the waiting way. No yield
+            # before it (see `_acquire_slot`): the response's wait is the round
+            # trip's schedule point.
+            await trio.lowlevel.checkpoint_if_cancelled()
             try:
                 sent = raw.send(data)
             except BlockingIOError:

@@ -54,6 +54,8 @@ import attrs
 import h11
 import trio
 
+from llmrt._helpers import stdlib_socket
+
 from ._admission import Admission, Ticket
 from ._counters import GatewayCounters, RefusalCause
 from ._protocol import bearer_from_headers, token_matches
@@ -462,16 +464,33 @@ async def read_request_head(
     and every byte read (the head, and whatever followed it in the same
     reads). Raises `h11.RemoteProtocolError` for a malformed or oversized
     head (its ``error_status_hint`` is the status to answer), ``_Closed``
-    when the peer closes first. A checkpoint.
+    when the peer closes first. A cancellation point, and a schedule point
+    whenever it waits for bytes.
     """
     data = bytearray()
+    # The first read straight from the socket when the head is already there
+    # (the usual case: a client sends it as it connects): no schedule point
+    # between accepting the connection and acting on its request.
+    raw = stdlib_socket(stream) if isinstance(stream, trio.SocketStream) else None
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
             # Never past the bound: h11 checks its buffer only when a head is
             # incomplete, so one large read could otherwise complete a larger head.
             room = max(1, MAX_HEAD_BYTES + 1 - len(data))
-            chunk = bytes(await stream.receive_some(min(_RECEIVE_BYTES, room)))
+            size = min(_RECEIVE_BYTES, room)
+            chunk: bytes | None = None
+            if raw is not None:
+                first, raw = raw, None
+                await trio.lowlevel.checkpoint_if_cancelled()
+                try:
+                    chunk = first.recv(size)
+                except BlockingIOError:
+                    pass  # not here yet: wait for it
+                except OSError:
+                    raise _Closed from None
+            if chunk is None:
+                chunk = bytes(await stream.receive_some(size))
             if not chunk:
                 raise _Closed
             data += chunk
