@@ -71,6 +71,7 @@ from llmrt._nesting import MAX_NESTING, json_too_deep
 from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._connection import GatewayState
+from ._head import PlainRequest
 from ._protocol import Limits, bearer_from_headers, token_matches
 from .api import APIS, MESSAGES, Api, ApiRequestError, ErrorAnswer
 from .api._common import resolve_model
@@ -154,6 +155,35 @@ def _reason(status: int) -> bytes:
 
 class _Gone(Exception):
     """The client left, or stopped reading: nothing more can reach it."""
+
+
+class _Late(Exception):
+    """The request body did not arrive within ``body_timeout``."""
+
+
+class _TooLarge(Exception):
+    """The request body is larger than ``max_body_bytes``."""
+
+
+def _too_large(anthropic: bool, bound: int) -> ErrorAnswer:
+    return _answer(
+        anthropic,
+        413,
+        f"the request body exceeds {bound} bytes (max_body_bytes)",
+        code="request_too_large",
+        anthropic_type="request_too_large",
+    )
+
+
+async def _receive(stream: trio.SocketStream) -> bytes:
+    """The next bytes of the request body; `_Gone` when the client closed or broke."""
+    try:
+        data = await stream.receive_some(_RECEIVE)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        raise _Gone from None
+    if not data:
+        raise _Gone
+    return bytes(data)
 
 
 @attrs.define(eq=False)
@@ -322,7 +352,7 @@ class HttpApi:
     # ---- the request -------------------------------------------------------------------------
 
     async def serve(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request
+        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request | PlainRequest
     ) -> None:
         """Answer one request whose head ``conn`` has read. Never raises but for cancellation."""
         path = request.target.partition(b"?")[0].decode("ascii", "replace")
@@ -347,7 +377,7 @@ class HttpApi:
                 log.exception("serving an HTTP API request failed (%d more)", muted)
 
     async def _serve(
-        self, writer: _Writer, path: str, anthropic: bool, request: h11.Request
+        self, writer: _Writer, path: str, anthropic: bool, request: h11.Request | PlainRequest
     ) -> ErrorAnswer | None:
         state = self.state
         headers = request.headers
@@ -467,23 +497,50 @@ class HttpApi:
         await writer._bounded(head)
 
     async def _body(
-        self, writer: _Writer, anthropic: bool, request: h11.Request
+        self, writer: _Writer, anthropic: bool, request: h11.Request | PlainRequest
     ) -> bytes | ErrorAnswer:
         """The request body, within ``max_body_bytes`` and ``body_timeout``."""
         limits = self.state.limits
         bound = limits.max_body_bytes
-        too_large = _answer(
-            anthropic,
-            413,
-            f"the request body exceeds {bound} bytes (max_body_bytes)",
-            code="request_too_large",
-            anthropic_type="request_too_large",
-        )
         length = _header(request.headers, b"content-length")
         if length is not None and length.isdigit() and int(length) > bound:
-            return too_large
+            return _too_large(anthropic, bound)
+        try:
+            if type(request) is PlainRequest:
+                return await self._plain_body(writer, request)
+            return await self._h11_body(writer, bound)
+        except _TooLarge:
+            return _too_large(anthropic, bound)
+        except _Late:
+            return _answer(
+                anthropic,
+                408,
+                f"the request body did not arrive within {limits.body_timeout:g} s (body_timeout)",
+                code="request_timeout",
+            )
+
+    async def _plain_body(self, writer: _Writer, request: PlainRequest) -> bytes:
+        """The ``Content-Length`` body of a plain head (`_head`): what followed the
+        head in its reads, and the rest as it comes (``_Late`` past the time bound)."""
+        length = request.content_length
+        parts = [request.rest[:length]]
+        size = len(parts[0])
+        if size == length:
+            return parts[0]
+        with trio.move_on_after(self.state.limits.body_timeout):
+            while size < length:
+                data = await _receive(writer.stream)
+                parts.append(data[: length - size])
+                size += len(parts[-1])
+            return b"".join(parts)
+        raise _Late
+
+    async def _h11_body(self, writer: _Writer, bound: int) -> bytes:
+        """The body as h11 frames it (any framing, ``Expect: 100-continue``).
+
+        Raises ``_TooLarge`` past ``bound``, ``_Late`` past the time bound.
+        """
         conn = writer.conn
-        stream = writer.stream
         parts: list[bytes] = []
         size = 0
         # The time bound starts at the first wait: a small body usually came in the
@@ -494,37 +551,24 @@ class HttpApi:
             if type(event) is h11.Data:
                 size += len(event.data)
                 if size > bound:
-                    return too_large
+                    raise _TooLarge
                 parts.append(bytes(event.data))
             elif type(event) is h11.EndOfMessage:
                 return b"".join(parts)
             elif event is not h11.NEED_DATA:
                 raise _Gone  # a close (h11 reports it as ConnectionClosed)
             else:
-                data = b""
                 with trio.move_on_at(
-                    deadline or trio.current_time() + limits.body_timeout
+                    deadline or trio.current_time() + self.state.limits.body_timeout
                 ) as scope:
                     deadline = scope.deadline
                     if conn.they_are_waiting_for_100_continue:
                         await writer._send(
                             conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
                         )
-                    try:
-                        data = await stream.receive_some(_RECEIVE)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        raise _Gone from None
-                    if not data:
-                        raise _Gone
+                    conn.receive_data(await _receive(writer.stream))
                 if scope.cancelled_caught:
-                    break
-                conn.receive_data(data)
-        return _answer(
-            anthropic,
-            408,
-            f"the request body did not arrive within {limits.body_timeout:g} s (body_timeout)",
-            code="request_timeout",
-        )
+                    raise _Late
 
     def _count_tokens(self, body: bytes) -> ErrorAnswer:
         """Anthropic's token count: the model is checked, then the count is refused."""
