@@ -191,7 +191,7 @@ class _Writer:
     """One connection's output: the response head, the body pieces, and whether the client left.
 
     A whole answer's write is bounded by ``send_timeout`` itself; a stream's
-    writes are watched by `_keeper` instead (no timer per chunk), which
+    writes are watched by `_watch` instead (no timer per chunk), which
     closes the socket under a write that makes no progress.
     """
 
@@ -204,7 +204,9 @@ class _Writer:
     extra: tuple[tuple[bytes, bytes], ...] = ()
     gone: bool = False
     started: bool = False
-    #: Writes begun so far, and whether one is under way (what `_keeper` watches).
+    #: The stream's event encoder, once it has begun (`_watch` then keeps its timers).
+    encoder: Any = None
+    #: Writes begun so far, and whether one is under way (what `_watch` watches).
     writes: int = 0
     busy: bool = False
     lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -237,7 +239,7 @@ class _Writer:
         The common case, once per event: the socket takes the whole write, with
         no lock, no timer and no schedule point past the cancellation check
         (the stream's ``send_all`` yields after every send). The rest goes the
-        waiting way (`_wait_send`), watched by `_keeper`. Only while no write
+        waiting way (`_wait_send`), watched by `_watch`. Only while no write
         is under way.
         """
         assert self.raw is not None
@@ -255,7 +257,7 @@ class _Writer:
         return data[sent:]
 
     async def _wait_send(self, data: bytes) -> None:
-        """The waiting way: under the lock, one write at a time, watched by `_keeper`."""
+        """The waiting way: under the lock, one write at a time, watched by `_watch`."""
         lock = self.lock
         if lock.locked():
             await lock.acquire()
@@ -652,9 +654,9 @@ class HttpApi:
         state.http_calls.add(controller)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_client, writer, controller)
+                nursery.start_soon(_watch, writer, controller, state.limits)
                 if call.stream:
-                    await self._stream(writer, api, call, controller, nursery)
+                    await self._stream(writer, api, call, controller)
                 else:
                     await self._complete(writer, api, call, controller)
                 nursery.cancel_scope.cancel()
@@ -673,14 +675,11 @@ class HttpApi:
         api: Api,
         call: Any,
         controller: AbortController,
-        nursery: trio.Nursery,
     ) -> None:
         encoder = call.encoder()
-        limits = self.state.limits
         held: list[Any] = []
         #: Encoded events not yet written: taken while the next was already here.
         waiting: list[bytes] = []
-        keeping = False  # whether `_keeper` runs
         try:
             async with self._events(call, controller) as events:
                 while True:  # every way out of the loop's body on the finish returns
@@ -704,13 +703,11 @@ class HttpApi:
                                 return
                             data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
                             held.clear()
-                            if not keeping:
-                                keeping = True
-                                nursery.start_soon(_keeper, writer, encoder, controller, limits)
+                            writer.encoder = encoder  # `_watch` keeps its timers from now on
                             if not data and cls is not Finish:
                                 # Nothing to say yet (a block start, say): the head waits,
                                 # to go out in one write with the first event (or with
-                                # the keeper's first ping, if that comes first).
+                                # the first ping of `_watch`, if that comes first).
                                 continue
                             await writer.start_stream(data, last=cls is Finish)
                         elif type(chunk) is Finish:
@@ -785,43 +782,51 @@ _TOKEN: Final = frozenset(
 )
 
 
-async def _watch_client(writer: _Writer, controller: AbortController) -> None:
-    """Abort the call once the client closes its side (or the connection breaks)."""
-    left = _EXTRA_BYTES
-    while True:
-        try:
-            data = await writer.stream.receive_some(_RECEIVE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            data = b""
-        if not data:
-            writer.gone = True
-            controller.abort("the client closed the connection")
-            return
-        left -= len(data)
-        if left <= 0:
-            return  # a client that keeps sending is read no further
+async def _watch(writer: _Writer, controller: AbortController, limits: Limits) -> None:
+    """The client's side of one call, in one task: its close, and a stream's two timers.
 
-
-async def _keeper(
-    writer: _Writer, encoder: Any, controller: AbortController, limits: Limits
-) -> None:
-    """A stream's two timers, sampled (the writes themselves carry none).
-
-    The API's ping once nothing was written for ``ping_interval`` (up to one
-    tick more; a stream whose head is still held for its first event sends
-    the head with it); and when one write has made no progress for
-    ``heartbeat_timeout`` the client has stopped reading: the call is aborted
-    and the socket closed under the write, which then fails.
+    A client that closes its side (or breaks the connection) aborts the call.
+    Once a stream has begun (`_Writer.encoder` set), its timers are sampled
+    every tick (the writes themselves carry none): the API's ping once nothing
+    was written for ``ping_interval`` (up to one tick more; a stream whose
+    head is still held for its first event sends the head with it); and when
+    one write has made no progress for ``heartbeat_timeout`` the client has
+    stopped reading: the call is aborted and the socket closed under the
+    write, which then fails. One task, not two: a task's start and end are a
+    good part of a short call's cost.
     """
-    ping = encoder.ping()
     stall_after = limits.heartbeat_timeout
     tick = min(limits.ping_interval, stall_after) / 2
+    left = _EXTRA_BYTES
     quiet = stalled = 0.0
-    seen = writer.writes
+    seen = -1  # no stream yet
+    due = trio.current_time() + tick
     while True:
-        await trio.sleep(tick)
-        if writer.gone or encoder.finished:
+        if left > 0:
+            data = None
+            with trio.move_on_at(due):
+                try:
+                    data = await writer.stream.receive_some(_RECEIVE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+            if data is not None:
+                if not data:
+                    writer.gone = True
+                    controller.abort("the client closed the connection")
+                    return
+                left -= len(data)  # a client that keeps sending is read no further
+                continue
+        else:
+            await trio.sleep_until(due)
+        due += tick
+        encoder = writer.encoder
+        if writer.gone or encoder is None:
+            continue
+        if encoder.finished:
             return
+        if seen < 0:  # the stream has just begun: its timers start now
+            seen = writer.writes
+            continue
         if writer.busy and writer.writes == seen:
             stalled += tick
             if stalled >= stall_after:
@@ -837,9 +842,9 @@ async def _keeper(
             quiet = 0.0
             try:
                 if writer.started:
-                    await writer.data(ping)
+                    await writer.data(encoder.ping())
                 else:  # the head held for the first event: it goes out now
-                    await writer.start_stream(ping)
+                    await writer.start_stream(encoder.ping())
             except _Gone:
                 return
             seen = writer.writes
