@@ -49,6 +49,7 @@ import base64
 import hashlib
 import logging
 import re
+import socket
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
@@ -461,6 +462,7 @@ async def read_request_head(
     conn: h11.Connection,
     received: Callable[[int], None] | None = None,
     plain: Callable[[bytes], bool] | None = None,
+    first: bytes | None = None,
 ) -> tuple[h11.Request | PlainRequest, bytes]:
     """Read until ``conn`` (an h11 server connection) has a request head.
 
@@ -468,7 +470,8 @@ async def read_request_head(
     ``received(n)`` is told of every read of ``n`` bytes. With ``plain``, a
     head that `parse_plain_head` reads and whose target ``plain(target)``
     claims comes back as a `PlainRequest`, unread by ``conn`` (which is then
-    of no further use). Returns the request
+    of no further use). ``first``: bytes already read from ``stream`` (and
+    told to ``received``), the start of the head. Returns the request
     and every byte read (the head, and whatever followed it in the same
     reads). Raises `h11.RemoteProtocolError` for a malformed or oversized
     head (its ``error_status_hint`` is the status to answer), ``_Closed``
@@ -476,10 +479,17 @@ async def read_request_head(
     whenever it waits for bytes.
     """
     data = bytearray()
-    # The first read straight from the socket when the head is already there
-    # (the usual case: a client sends it as it connects): no schedule point
-    # between accepting the connection and acting on its request.
-    raw = stdlib_socket(stream) if isinstance(stream, trio.SocketStream) else None
+    raw: socket.socket | None = None
+    if first is not None:
+        if not first:
+            raise _Closed
+        data += first
+        conn.receive_data(first)
+    else:
+        # The first read straight from the socket when the head is already there
+        # (the usual case: a client sends it as it connects): no schedule point
+        # between accepting the connection and acting on its request.
+        raw = stdlib_socket(stream) if isinstance(stream, trio.SocketStream) else None
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
@@ -489,10 +499,10 @@ async def read_request_head(
             size = min(_RECEIVE_BYTES, room)
             chunk: bytes | None = None
             if raw is not None:
-                first, raw = raw, None
+                sock, raw = raw, None
                 await trio.lowlevel.checkpoint_if_cancelled()
                 try:
-                    chunk = first.recv(size)
+                    chunk = sock.recv(size)
                 except BlockingIOError:
                     pass  # not here yet: wait for it
                 except OSError:
@@ -513,6 +523,26 @@ async def read_request_head(
             return event, bytes(data)
         else:  # h11 yields nothing else before a request; a close is NEED_DATA + b""
             raise _Closed
+
+
+async def _read_at_once(stream: trio.SocketStream) -> bytes | None:
+    """What the socket holds already (``b""``: the peer closed), without waiting; None: nothing.
+
+    A cancellation point, not a schedule point: a client sends its request as
+    it connects, and an HTTP API call whose head came whole in one read is
+    served with no timer, no h11 connection and no pass of the run loop
+    before it.
+    """
+    raw = stdlib_socket(stream)
+    if raw is None:
+        return None
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        return raw.recv(_RECEIVE_BYTES)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 #: Bodies at least this large are sent as they are, not copied behind the head.
@@ -574,7 +604,6 @@ async def serve_stream(
     raises but for cancellation.
     """
     deadline = trio.current_time() + head_seconds
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     answer: Answer | None = None
     head_only = False
     answered = handed_over = False
@@ -585,13 +614,29 @@ async def serve_stream(
             victim.cancel()
 
     try:
+        first: bytes | None = None
+        if front.api is not None and ticket.shed is None:
+            first = await _read_at_once(stream)
+            if first is not None:
+                received(len(first))
+                whole = parse_plain_head(first, MAX_HEAD_BYTES)
+                if whole is not None and front.api.claims(whole.target):
+                    # The whole head in the first read: nothing to bound or shed.
+                    admission.headed(ticket)
+                    await front.api.serve(stream, None, whole)
+                    return
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         with trio.CancelScope(deadline=deadline) as scope:
             ticket.scope = scope
             if ticket.shed is not None:
                 scope.cancel()  # shed before this task ran
             try:
                 request, data = await read_request_head(
-                    stream, conn, received, None if front.api is None else front.api.claims
+                    stream,
+                    conn,
+                    received,
+                    None if front.api is None else front.api.claims,
+                    first,
                 )
             except h11.RemoteProtocolError as exc:
                 admission.headed(ticket)

@@ -196,7 +196,9 @@ class _Writer:
     """
 
     stream: trio.SocketStream
-    conn: h11.Connection
+    #: The h11 connection that read the head (None: `_head` read it, and the body
+    #: is framed by Content-Length).
+    conn: h11.Connection | None
     send_timeout: float
     #: Whether the body goes out in the chunked coding (HTTP/1.1), framed here, not by h11.
     chunked: bool = True
@@ -354,9 +356,15 @@ class HttpApi:
     # ---- the request -------------------------------------------------------------------------
 
     async def serve(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request | PlainRequest
+        self,
+        stream: trio.SocketStream,
+        conn: h11.Connection | None,
+        request: h11.Request | PlainRequest,
     ) -> None:
-        """Answer one request whose head ``conn`` has read. Never raises but for cancellation."""
+        """Answer one request whose head ``conn`` has read (None: `_head` read it).
+
+        Never raises but for cancellation.
+        """
         path = request.target.partition(b"?")[0].decode("ascii", "replace")
         anthropic = path.startswith("/v1/messages")
         state = self.state
@@ -543,6 +551,7 @@ class HttpApi:
         Raises ``_TooLarge`` past ``bound``, ``_Late`` past the time bound.
         """
         conn = writer.conn
+        assert conn is not None  # a plain head has a plain body
         parts: list[bytes] = []
         size = 0
         # The time bound starts at the first wait: a small body usually came in the
