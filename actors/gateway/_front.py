@@ -49,7 +49,6 @@ import base64
 import hashlib
 import logging
 import re
-import socket
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
@@ -479,36 +478,18 @@ async def read_request_head(
     whenever it waits for bytes.
     """
     data = bytearray()
-    raw: socket.socket | None = None
     if first is not None:
         if not first:
             raise _Closed
         data += first
         conn.receive_data(first)
-    else:
-        # The first read straight from the socket when the head is already there
-        # (the usual case: a client sends it as it connects): no schedule point
-        # between accepting the connection and acting on its request.
-        raw = stdlib_socket(stream) if isinstance(stream, trio.SocketStream) else None
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
             # Never past the bound: h11 checks its buffer only when a head is
             # incomplete, so one large read could otherwise complete a larger head.
             room = max(1, MAX_HEAD_BYTES + 1 - len(data))
-            size = min(_RECEIVE_BYTES, room)
-            chunk: bytes | None = None
-            if raw is not None:
-                sock, raw = raw, None
-                await trio.lowlevel.checkpoint_if_cancelled()
-                try:
-                    chunk = sock.recv(size)
-                except BlockingIOError:
-                    pass  # not here yet: wait for it
-                except OSError:
-                    raise _Closed from None
-            if chunk is None:
-                chunk = bytes(await stream.receive_some(size))
+            chunk = bytes(await stream.receive_some(min(_RECEIVE_BYTES, room)))
             if not chunk:
                 raise _Closed
             data += chunk
@@ -529,9 +510,9 @@ async def _read_at_once(stream: trio.SocketStream) -> bytes | None:
     """What the socket holds already (``b""``: the peer closed), without waiting; None: nothing.
 
     A cancellation point, not a schedule point: a client sends its request as
-    it connects, and an HTTP API call whose head came whole in one read is
-    served with no timer, no h11 connection and no pass of the run loop
-    before it.
+    it connects, so its head is usually here when its task first runs, and is
+    acted on with no pass of the run loop before it (and an HTTP API call whose
+    head came whole is served with no timer and no h11 connection).
     """
     raw = stdlib_socket(stream)
     if raw is None:
@@ -614,11 +595,10 @@ async def serve_stream(
             victim.cancel()
 
     try:
-        first: bytes | None = None
-        if front.api is not None and ticket.shed is None:
-            first = await _read_at_once(stream)
-            if first is not None:
-                received(len(first))
+        first = None if ticket.shed is not None else await _read_at_once(stream)
+        if first:
+            received(len(first))
+            if front.api is not None:
                 whole = parse_plain_head(first, MAX_HEAD_BYTES)
                 if whole is not None and front.api.claims(whole.target):
                     # The whole head in the first read: nothing to bound or shed.
