@@ -58,6 +58,32 @@ async def test_a_quiet_openai_stream_gets_comments() -> None:
     assert reply.body.endswith(b"data: [DONE]\n\n")
 
 
+async def test_a_client_that_trickles_bytes_does_not_hold_off_the_pings() -> None:
+    # One task reads the client and keeps the stream's timers: bytes arriving
+    # more often than a tick must not postpone the tick.
+    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
+    async with api_gateway(limits) as (server, _, _):
+        body = chat_body("quiet", stream=True)
+        with trio.fail_after(10):
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with conn, trio.open_nursery() as nursery:
+                await conn.send_all(request_bytes("/v1/chat/completions", body))
+
+                async def trickle() -> None:
+                    while True:
+                        await trio.sleep(0.01)
+                        await conn.send_all(b"x")
+
+                nursery.start_soon(trickle)
+                got = b""
+                while b": ping" not in got:
+                    data = await conn.receive_some(65536)
+                    assert data, got
+                    got += data
+                nursery.cancel_scope.cancel()
+    assert got.startswith(b"HTTP/1.1 200 ")
+
+
 async def test_a_stream_silent_after_a_block_start_gets_its_head_and_pings() -> None:
     # The block start says nothing in Chat Completions, so the head waits for the
     # first event; the keeper's ping sends it first when the silence lasts.

@@ -827,7 +827,9 @@ async def _watch(writer: _Writer, controller: AbortController, limits: Limits) -
                 continue
         else:
             await trio.sleep_until(due)
-        due += tick
+        # From now, as a sleep would: a late tick (a long ping write, a busy
+        # loop) is one tick, not a burst of them catching up.
+        due = trio.current_time() + tick
         encoder = writer.encoder
         if writer.gone or encoder is None:
             continue
