@@ -97,6 +97,8 @@ DEMO_MAX_TOKENS = 10
 #: the ramp.
 DEMO_ABORT_PROMPT = " ".join(["word"] * 500)
 DEMO_ABORT_MAX_TOKENS = 1_000
+#: The longest `abort_all` waits for every task to block before it aborts (seconds).
+SETTLE_BOUND = 1.0
 
 Measure = Callable[[], Awaitable[float]]
 
@@ -501,7 +503,12 @@ async def abort_all(
         for _ in range(calls):
             nursery.start_soon(stream_stall, rt, options, ctl, state)
         await state.all_in_flight.wait()
-        await trio.testing.wait_all_tasks_blocked()
+        # Bounded: 10,000 demo streams at DEMO_RATE are 50,000 chunks/s, more than a
+        # slow sitting's loop keeps up with (see phase A's chunks_per_s), and then
+        # no moment comes when every task is blocked: the wait lasted until the
+        # streams had ended by themselves (``stop``), and the phase failed.
+        with trio.move_on_after(SETTLE_BOUND):
+            await trio.testing.wait_all_tasks_blocked()
         if freeze_in_flight:
             gc.freeze()
         with GcMeter() as gcm:
