@@ -7,7 +7,8 @@ loopback clients drive it.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -58,51 +59,54 @@ async def test_a_quiet_openai_stream_gets_comments() -> None:
     assert reply.body.endswith(b"data: [DONE]\n\n")
 
 
+async def _until_ping(conn: trio.SocketStream) -> bytes:
+    """What ``conn`` receives up to and including a ``: ping`` comment (it must not end first)."""
+    got = b""
+    while b": ping" not in got:
+        data = await conn.receive_some(65536)
+        assert data, got
+        got += data
+    return got
+
+
+@asynccontextmanager
+async def _chat_stream(script: str) -> AsyncIterator[trio.SocketStream]:
+    """A raw client's connection, its streamed Chat request sent (pings every 0.1 s)."""
+    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
+    async with api_gateway(limits) as (server, _, _):
+        body = chat_body(script, stream=True)
+        with trio.fail_after(10):
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with conn:
+                await conn.send_all(request_bytes("/v1/chat/completions", body))
+                yield conn
+
+
 async def test_a_client_that_trickles_bytes_does_not_hold_off_the_pings() -> None:
     # One task reads the client and keeps the stream's timers: bytes arriving
     # more often than a tick must not postpone the tick.
-    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
-    async with api_gateway(limits) as (server, _, _):
-        body = chat_body("quiet", stream=True)
-        with trio.fail_after(10):
-            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
-            async with conn, trio.open_nursery() as nursery:
-                await conn.send_all(request_bytes("/v1/chat/completions", body))
+    async with _chat_stream("quiet") as conn, trio.open_nursery() as nursery:
 
-                async def trickle() -> None:
-                    while True:
-                        await trio.sleep(0.01)
-                        await conn.send_all(b"x")
+        async def trickle() -> None:
+            while True:
+                await trio.sleep(0.01)
+                await conn.send_all(b"x")
 
-                nursery.start_soon(trickle)
-                got = b""
-                while b": ping" not in got:
-                    data = await conn.receive_some(65536)
-                    assert data, got
-                    got += data
-                nursery.cancel_scope.cancel()
+        nursery.start_soon(trickle)
+        got = await _until_ping(conn)
+        nursery.cancel_scope.cancel()
     assert got.startswith(b"HTTP/1.1 200 ")
 
 
 async def test_a_stream_silent_after_a_block_start_gets_its_head_and_pings() -> None:
     # The block start says nothing in Chat Completions, so the head waits for the
-    # first event; the keeper's ping sends it first when the silence lasts.
-    limits = Limits(shutdown_grace=0.2, ping_interval=0.1)
-    async with api_gateway(limits) as (server, _, _):
-        body = chat_body("silent-start", stream=True)
-        with trio.fail_after(10):
-            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
-            async with conn:
-                await conn.send_all(request_bytes("/v1/chat/completions", body))
-                got = b""
-                while b": ping" not in got:
-                    data = await conn.receive_some(65536)
-                    assert data, got
-                    got += data
-                assert got.startswith(b"HTTP/1.1 200 ")
-                assert b'"content"' not in got  # the text is still a second away
-                while data := await conn.receive_some(65536):  # to the close
-                    got += data
+    # first event; the watcher's ping sends it first when the silence lasts.
+    async with _chat_stream("silent-start") as conn:
+        got = await _until_ping(conn)
+        assert got.startswith(b"HTTP/1.1 200 ")
+        assert b'"content"' not in got  # the text is still a second away
+        while data := await conn.receive_some(65536):  # to the close
+            got += data
     assert b"data: [DONE]" in got
     assert got.index(b": ping") < got.index(b'"content"')
 
