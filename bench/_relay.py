@@ -9,9 +9,9 @@ opens its own, as a pool miss does). A used one is replaced once the first
 bytes of its response have gone to the client, not when the request
 arrives, or the replacement's connect (and the upstream's accept) would fall
 inside the very first-event latency the floor is for. What it adds over
-``direct`` is what
-any gateway process in the path costs on this machine before it does any
-work: two more cross-process wake-ups and four more socket calls per event.
+``direct`` is what any gateway process in the path costs on this machine
+before it does any work: two more cross-process wake-ups and four more
+socket calls per event.
 Serves until its standard input closes.
 """
 

@@ -30,9 +30,10 @@ response writer, not routing, middleware or an ASGI server (which would also
 own the socket that trio-websocket needs). h11 is that parser and writer:
 it is the kept HTTP/1.1 library (httpx depends on it, and wsproto parses the
 websocket handshake with it), sans-I/O, and it bounds the head it buffers.
-One exception: a plain head for the provider APIs (`_http_handler`) is read
-by `_head.parse_plain_head`, which takes only heads h11 would read the same
-way and leaves every other one to h11.
+One exception: a plain head for the provider APIs (`_http_handler`) that
+came whole in the connection's first read is read by
+`_head.parse_plain_head`, which takes only heads h11 would read the same way
+and leaves every other one (and every head that came in pieces) to h11.
 
 Plain answers carry ``Connection: close``: a scraper or a probe opens one
 connection per request, which costs nothing at their rates, and the front
@@ -61,7 +62,7 @@ from llmrt._helpers import stdlib_socket
 
 from ._admission import Admission, Ticket
 from ._counters import GatewayCounters, RefusalCause
-from ._head import PlainRequest, parse_plain_head
+from ._head import parse_plain_head
 from ._protocol import bearer_from_headers, token_matches
 
 if TYPE_CHECKING:
@@ -460,17 +461,14 @@ async def read_request_head(
     stream: trio.abc.ReceiveStream,
     conn: h11.Connection,
     received: Callable[[int], None] | None = None,
-    plain: Callable[[bytes], bool] | None = None,
     first: bytes | None = None,
-) -> tuple[h11.Request | PlainRequest, bytes]:
+) -> tuple[h11.Request, bytes]:
     """Read until ``conn`` (an h11 server connection) has a request head.
 
     ``conn`` must bound its buffer at `MAX_HEAD_BYTES` (``max_incomplete_event_size``).
-    ``received(n)`` is told of every read of ``n`` bytes. With ``plain``, a
-    head that `parse_plain_head` reads and whose target ``plain(target)``
-    claims comes back as a `PlainRequest`, unread by ``conn`` (which is then
-    of no further use). ``first``: bytes already read from ``stream`` (and
-    told to ``received``), the start of the head. Returns the request
+    ``received(n)`` is told of every read of ``n`` bytes. ``first``: bytes
+    already read from ``stream`` (and told to ``received``), the start of the
+    head. Returns the request
     and every byte read (the head, and whatever followed it in the same
     reads). Raises `h11.RemoteProtocolError` for a malformed or oversized
     head (its ``error_status_hint`` is the status to answer), ``_Closed``
@@ -493,13 +491,9 @@ async def read_request_head(
             if not chunk:
                 raise _Closed
             data += chunk
+            conn.receive_data(chunk)
             if received is not None:
                 received(len(chunk))
-            if plain is not None and (request := parse_plain_head(bytes(data), MAX_HEAD_BYTES)):
-                if plain(request.target):
-                    return request, bytes(data)
-                plain = None  # complete, and not one for the plain path: h11 reads it
-            conn.receive_data(chunk)
         elif isinstance(event, h11.Request):
             return event, bytes(data)
         else:  # h11 yields nothing else before a request; a close is NEED_DATA + b""
@@ -588,7 +582,7 @@ async def serve_stream(
     answer: Answer | None = None
     head_only = False
     answered = handed_over = False
-    api_request: h11.Request | PlainRequest | None = None
+    api_request: h11.Request | None = None
 
     def received(size: int) -> None:
         for victim in admission.received(ticket, size):
@@ -611,13 +605,7 @@ async def serve_stream(
             if ticket.shed is not None:
                 scope.cancel()  # shed before this task ran
             try:
-                request, data = await read_request_head(
-                    stream,
-                    conn,
-                    received,
-                    None if front.api is None else front.api.claims,
-                    first,
-                )
+                request, data = await read_request_head(stream, conn, received, first)
             except h11.RemoteProtocolError as exc:
                 admission.headed(ticket)
                 front.counters.refused(RefusalCause.MALFORMED)
@@ -626,9 +614,7 @@ async def serve_stream(
             else:
                 admission.headed(ticket)
                 head_only = request.method == b"HEAD"
-                if isinstance(request, PlainRequest):
-                    api_request = request  # the APIs claimed it as it was read
-                elif is_upgrade(request):
+                if is_upgrade(request):
                     answer = handshake_problem(request)
                     if answer is None:
                         handed_over = True
