@@ -521,7 +521,14 @@ def test_abort_mid_stream(gateway: Gateway, page: Page) -> None:
         page.el("new-chat").click()
     page.choose("provider", "slow-demo")
     page.choose("model", "demo-1")
-    page.send("Tell me about trio, structured concurrency and llmrt")
+    # The demo echoes the prompt, so a long one keeps the call streaming for
+    # seconds after the first 30 characters: room for the driver's round trips
+    # before the abort on a loaded machine.
+    page.send(
+        "Tell me about trio, structured concurrency and llmrt: how nurseries, cancel"
+        " scopes and memory channels keep thousands of streaming model calls in order,"
+        " and how one abort ends exactly one of them"
+    )
     page.wait(lambda: len(page.text("output")) > 30, message="no text streamed")
     if screenshot:
         SCREENSHOT.write_bytes(page.d.get_screenshot_as_png())
@@ -588,14 +595,23 @@ def test_three_concurrent_calls(gateway: Gateway, page: Page) -> None:
     page.wait_open()
     page.choose("provider", "slow-demo")
     page.choose("model", "demo-1")
-    for prompt in ("one", "two", "three"):
-        page.send(prompt)
     panels = "document.querySelectorAll('article.call')"
+    # The page itself keeps the most calls it ever showed streaming at once, so
+    # no poll can miss the overlap; the three sends go in one script, so the
+    # driver's round trips cannot spread them past the first call's finish.
+    page.js(
+        "window.__most = 0;"
+        "new MutationObserver(() => { window.__most = Math.max(window.__most,"
+        f"  [...{panels}].filter(a => a.dataset.state === 'streaming').length); }})"
+        ".observe(document.body,"
+        "  {subtree: true, attributes: true, attributeFilter: ['data-state']});"
+        "for (const prompt of arguments[0]) {"
+        "  document.getElementById('prompt').value = prompt;"
+        "  document.querySelector(\"[data-testid='send']\").click(); }",
+        ["one", "two", "three"],
+    )
     page.wait(
-        lambda: (
-            page.js(f"return [...{panels}].filter(a => a.dataset.state === 'streaming').length")
-            == 3
-        ),
+        lambda: page.js("return window.__most;") == 3,
         message="the three calls never streamed at the same time",
     )
     page.wait(
