@@ -248,19 +248,26 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
                     f"{case}: the stop until llmrt's own `close()` of the socket, "
                     f"p50 {_fmt(own.get('p50'))} µs, p99 {_fmt(own.get('p99'))} µs"
                 )
-        step = abandon.get("call_last_step_us")
+        step = abandon.get("call_unwinding_step_us")
         if step:
             parts.append(
-                f"a call task's last step (its unwinding, in the upstream's wake-up batch), "
+                f"a stopped call task's unwinding step (in the upstream's wake-up batch), "
                 f"p50 {_fmt(step.get('p50'))} µs, p99 {_fmt(step.get('p99'))} µs"
             )
-        floor_step = abandon.get("floor_last_step_us")
+        bookkeeping = abandon.get("call_bookkeeping_step_us")
+        if bookkeeping:
+            parts.append(
+                f"its bookkeeping step after it (statistics, watchdog, stopper), "
+                f"p50 {_fmt(bookkeeping.get('p50'))} µs, p99 {_fmt(bookkeeping.get('p99'))} µs"
+            )
+        floor_step = abandon.get("floor_unwinding_step_us")
         if floor_step:
             parts.append(
-                f"the same step of the floor's call task (a bare trio task with its own scope "
-                f"and socket, stopped the same way), p50 {_fmt(floor_step.get('p50'))} µs, "
-                f"p99 {_fmt(floor_step.get('p99'))} µs, so llmrt's p50 is "
-                f"{_fmt(abandon.get('last_step_p50_over_floor'))}x the floor's"
+                f"the floor's call task (a bare trio task with its own scope and socket, "
+                f"stopped the same way) unwinds and exits in one step, "
+                f"p50 {_fmt(floor_step.get('p50'))} µs, p99 {_fmt(floor_step.get('p99'))} µs, "
+                f"so llmrt's unwinding p50 is "
+                f"{_fmt(abandon.get('unwinding_step_p50_over_floor'))}x the floor's"
             )
         if parts:
             lines += ["Where the time goes: " + "; ".join(parts) + ".", ""]

@@ -39,9 +39,11 @@ Reported per case: p50 / p90 / p99 / max ms and how many closes took at most
 of p99 <= ``TARGET_P99_MS``. The profile of what remains: for llmrt, the
 stop until its own ``close()`` of the socket (the rest is the upstream's
 wake-up), and, from a tenth as many extra rounds under a trio instrument,
-the duration of each call task's last step (see `LastSteps`) beside the
-same step of a floor call task (`floor_task`: a bare trio task with its own
-cancel scope and socket, stopped the same way), as a ratio of medians.
+the duration of each stopped call task's unwinding step and of its
+bookkeeping step after it (see `LastSteps`) beside the unwinding step of a
+floor call task (`floor_task`: a bare trio task with its own cancel scope
+and socket, stopped the same way), as a ratio of medians, with a target of
+an unwinding step p50 <= ``TARGET_STEP_US``.
 
     python bench/bench_abandon.py [--quick]
 """
@@ -68,6 +70,8 @@ from llmrt.testing import SSEScript, Upstream, open_upstream, openai_events
 TARGET_MS = 1.0
 #: The target for llmrt's p99 cancel -> close, per llmrt case.
 TARGET_P99_MS = 0.35
+#: The target for a stopped call task's unwinding step p50, in µs (see `LastSteps`).
+TARGET_STEP_US = 25.0
 
 CASES = ("leave", "abort", "floor")
 FULL: dict[str, Any] = {"streams": 10, "rounds": 100, "stagger": 0.001}
@@ -119,34 +123,52 @@ def watch_closes() -> None:
 
 
 class LastSteps(trio.abc.Instrument):
-    """The duration of each call task's last step: its unwinding once stopped, in µs.
+    """The duration of each stopped call task's unwinding step, in µs.
 
     Used only in the extra profile rounds, so the measured rounds run without
     an instrument. The upstream task wakes to the client's close in the
-    scheduler batch after the stop, the batch in which this step runs too;
-    trio runs a batch in one order or the reverse at random, so about half of
-    the closes wait for this step before the upstream sees them. Kept per
-    task name: llmrt's call tasks (``llmrt.call``) and the floor's
-    (`floor_task`, ``floor.call``).
+    scheduler batch after the stop, the batch in which the call task's
+    unwinding step runs too; trio runs a batch in one order or the reverse
+    at random, so about half of the closes wait for this step before the
+    upstream sees them. Kept per task name: llmrt's call tasks
+    (``llmrt.call``) and the floor's (`floor_task`, ``floor.call``).
+
+    A floor task unwinds and exits in one step, its last. A stopped llmrt
+    call task unwinds (and delivers its finish, if any) in one step, then
+    counts itself out (statistics, the watchdog, the stopper) in a step of
+    its own, its last: for it ``us`` is its next-to-last step and
+    ``bookkeeping_us`` its last.
     """
 
     def __init__(self) -> None:
         self._started: dict[trio.lowlevel.Task, float] = {}
+        # Each task's step before the one under way, in µs.
+        self._previous: dict[trio.lowlevel.Task, float] = {}
         self.us: dict[str, list[float]] = {CALL_TASK: [], FLOOR_TASK: []}
+        self.bookkeeping_us: list[float] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name in self.us:
             self._started[task] = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        self._started.pop(task, None)
+        started = self._started.pop(task, None)
+        if started is not None and task.name == CALL_TASK:
+            self._previous[task] = (time.perf_counter() - started) * 1e6
 
     def task_exited(self, task: trio.lowlevel.Task) -> None:
         # trio reports the exit inside the task's last step, before after_task_step:
         # the step now under way is the last one.
         started = self._started.get(task)
-        if started is not None:
-            self.us[task.name].append((time.perf_counter() - started) * 1e6)
+        previous = self._previous.pop(task, None)
+        if started is None:
+            return
+        last = (time.perf_counter() - started) * 1e6
+        if task.name == FLOOR_TASK:
+            self.us[FLOOR_TASK].append(last)
+        elif previous is not None:
+            self.us[CALL_TASK].append(previous)
+            self.bookkeeping_us.append(last)
 
 
 CALL_TASK = "llmrt.call"
@@ -164,7 +186,7 @@ async def floor_task(
 ) -> None:
     """The least a call task does: its own cancel scope and socket, read until stopped.
 
-    The floor for a call task's last step: its consumer stops it as llmrt's
+    The floor for a call task's unwinding step: its consumer stops it as llmrt's
     stop does (closes the socket under the waiting read, cancels the scope),
     and the task unwinds and exits. It counts text deltas by their bytes and
     sets ``seen`` after ``deltas`` of them; ``handle`` gets (scope, stream).
@@ -362,8 +384,9 @@ async def measure(
         "anomalies": odd,
         "own_close_us": own_close,
         "abort_to_finish_us": abort_to_finish,
-        "call_last_step_us": steps.us[CALL_TASK],
-        "floor_last_step_us": steps.us[FLOOR_TASK],
+        "call_unwinding_step_us": steps.us[CALL_TASK],
+        "call_bookkeeping_step_us": steps.bookkeeping_us,
+        "floor_unwinding_step_us": steps.us[FLOOR_TASK],
     }
 
 
@@ -417,8 +440,10 @@ def main() -> int:
             "p50": median(finished),
             **percentiles(finished),
         }
-    last_steps = checks["call_last_step_us"]
-    floor_steps = checks["floor_last_step_us"]
+
+    def summary(us: list[float]) -> dict[str, float] | None:
+        return {"samples": len(us), "p50": median(us), **percentiles(us)} if us else None
+
     report: dict[str, Any] = {
         "benchmark": "abandon",
         "command": command,
@@ -432,12 +457,11 @@ def main() -> int:
         "clock_offset_drift_ms": checks["offset_drift_ms"],
         "seconds": seconds,
         "results": results,
-        "call_last_step_us": {"samples": len(last_steps), "p50": median(last_steps),
-                              **percentiles(last_steps)} if last_steps else None,
-        "floor_last_step_us": {"samples": len(floor_steps), "p50": median(floor_steps),
-                               **percentiles(floor_steps)} if floor_steps else None,
+        "call_unwinding_step_us": summary(checks["call_unwinding_step_us"]),
+        "call_bookkeeping_step_us": summary(checks["call_bookkeeping_step_us"]),
+        "floor_unwinding_step_us": summary(checks["floor_unwinding_step_us"]),
         "targets": targets,
-    }  # fmt: skip
+    }
 
     rows = []
     for case in CASES:
@@ -469,20 +493,30 @@ def main() -> int:
             f"abort: abort() -> the consumer's aborted finish: p50 {finished_us['p50']:.1f} µs, "
             f"p99 {finished_us['p99']:.1f} µs ({finished_us['samples']} finishes)"
         )
-    step = report["call_last_step_us"]
-    floor_step = report["floor_last_step_us"]
+    step = report["call_unwinding_step_us"]
+    bookkeeping = report["call_bookkeeping_step_us"]
+    floor_step = report["floor_unwinding_step_us"]
     if step:
         print(
-            f"profile: a call task's last step (its unwinding after the stop), which shares "
-            f"the upstream's wake-up batch: p50 {step['p50']:.1f} µs, p99 {step['p99']:.1f} µs "
+            f"profile: a stopped call task's unwinding step, which shares the upstream's "
+            f"wake-up batch: p50 {step['p50']:.1f} µs, p99 {step['p99']:.1f} µs "
             f"({step['samples']} calls, extra rounds under a trio instrument)"
         )
+    if bookkeeping:
+        print(
+            f"profile: its bookkeeping step after it (statistics, watchdog, stopper; "
+            f"the task's last): p50 {bookkeeping['p50']:.1f} µs, p99 {bookkeeping['p99']:.1f} µs"
+        )
     if step and floor_step:
-        report["last_step_p50_over_floor"] = step["p50"] / floor_step["p50"]
+        report["unwinding_step_p50_over_floor"] = step["p50"] / floor_step["p50"]
+        targets[f"unwinding_step_p50<={TARGET_STEP_US:g}us"] = verdict(
+            step["p50"] <= TARGET_STEP_US
+        )
         print(
             f"profile: the floor's call task (a bare trio task, its scope and socket, stopped "
-            f"the same way): p50 {floor_step['p50']:.1f} µs, p99 {floor_step['p99']:.1f} µs; "
-            f"llmrt's p50 is {report['last_step_p50_over_floor']:.2f}x the floor's"
+            f"the same way) unwinds and exits in one step: p50 {floor_step['p50']:.1f} µs, "
+            f"p99 {floor_step['p99']:.1f} µs; llmrt's p50 is "
+            f"{report['unwinding_step_p50_over_floor']:.2f}x the floor's"
         )
     for name, value in targets.items():
         print(f"target {name}: {value}")
