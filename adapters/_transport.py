@@ -531,12 +531,9 @@ class TrioTransport(httpx.AsyncBaseTransport):
             if conn.stopped:
                 # Closed under the read by its response's close() (a stopped call's
                 # closer): the body ends here, with nothing to translate for nobody.
-                # First one yield: the close woke this read in the stop's own pass,
-                # so without it the call's whole unwinding runs in the next pass,
-                # before or after (trio's order is random) the tasks that pass serves
-                # (the live streams' reads, an in-process server seeing the close).
-                # After it, the cleanup of a call that has ended runs behind them.
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                # No yield first: the call's unwinding step is short (its
+                # bookkeeping waits for a step of its own), so it may run in this
+                # pass, beside a server in the same trio run seeing the close.
                 return b""
             on_error()
             if conn.timed_out:
