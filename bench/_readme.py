@@ -264,7 +264,7 @@ def _tables(reports: dict[str, dict[str, Any]]) -> list[str]:
         if floor_step:
             parts.append(
                 f"the floor's call task (a bare trio task with its own scope and socket, "
-                f"stopped the same way) unwinds and exits in one step, "
+                f"stopped the same way), its last step, "
                 f"p50 {_fmt(floor_step.get('p50'))} µs, p99 {_fmt(floor_step.get('p99'))} µs, "
                 f"so llmrt's unwinding p50 is "
                 f"{_fmt(abandon.get('unwinding_step_p50_over_floor'))}x the floor's"

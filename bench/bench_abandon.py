@@ -133,11 +133,13 @@ class LastSteps(trio.abc.Instrument):
     upstream sees them. Kept per task name: llmrt's call tasks
     (``llmrt.call``) and the floor's (`floor_task`, ``floor.call``).
 
-    A floor task unwinds and exits in one step, its last. A stopped llmrt
-    call task unwinds (and delivers its finish, if any) in one step, then
-    counts itself out (statistics, the watchdog, the stopper) in a step of
-    its own, its last: for it ``us`` is its next-to-last step and
-    ``bookkeeping_us`` its last.
+    A stopped llmrt call task unwinds (and delivers its finish, if any) in
+    one step, then counts itself out (statistics, the watchdog, the stopper)
+    in a step of its own, its last: for it ``us`` is its next-to-last step
+    and ``bookkeeping_us`` its last. A floor task is timed by its last step
+    (the stop's ``Cancelled``, its scope, the task's exit), as before the
+    split; its unwinding takes more than one step too, since closing its
+    socket stream is a checkpoint.
     """
 
     def __init__(self) -> None:
@@ -514,7 +516,7 @@ def main() -> int:
         )
         print(
             f"profile: the floor's call task (a bare trio task, its scope and socket, stopped "
-            f"the same way) unwinds and exits in one step: p50 {floor_step['p50']:.1f} µs, "
+            f"the same way), its last step: p50 {floor_step['p50']:.1f} µs, "
             f"p99 {floor_step['p99']:.1f} µs; llmrt's p50 is "
             f"{report['unwinding_step_p50_over_floor']:.2f}x the floor's"
         )
