@@ -179,12 +179,13 @@ async def run_call(call: Call) -> None:
     except trio.BrokenResourceError:
         pass  # the consumer left before the end: nobody to tell
     finally:
-        if call._cause is not None or box.gone:
-            # A stopped call: its unwinding step did only what its one finish
-            # needs (the finish is in the box, or nobody is left to take one).
-            # The bookkeeping below gets a step of its own, so the unwinding
-            # step stays short: the upstream's task, woken by the stop's close,
-            # shares that step's scheduler batch and may wait behind it.
+        if started is not None and (call._cause is not None or box.gone):
+            # A call stopped during its adapter work: its unwinding step did only
+            # what its one finish needs (the finish is in the box, or nobody is
+            # left to take one). The bookkeeping below gets a step of its own, so
+            # the unwinding step stays short: the upstream's task, woken by the
+            # stop's close, shares that step's scheduler batch and may wait
+            # behind it. A call stopped before it started has no upstream.
             await trio.lowlevel.cancel_shielded_checkpoint()
         _ended_task(
             call,
