@@ -93,6 +93,8 @@ async def run_call(call: Call) -> None:
     # When the finish went into the box, if not at ``ended`` (0.0: at ``ended``).
     delivered_at = 0.0
     middleware_failed = False
+    # Whether the call's scope is still to be left (a stopped call leaves it last).
+    scope_open = False
     try:
         # Stopped before it started, or refused before middleware, lookup and
         # I/O (where the gateway refuses the same request, before any call starts).
@@ -146,18 +148,21 @@ async def run_call(call: Call) -> None:
                 except Exception as exc:
                     error = exc  # the adapter's or a middleware's: `_finish` tells which
                 finally:
-                    if finish is None and _nothing_open(call, source):
-                        # The stopped call's usual end: the adapter's stream ended (its
-                        # read on the closed connection ended the body, or the stop's
-                        # Cancelled ended it), so there is nothing to close or drain.
-                        _release(call)
-                    else:
+                    # The stopped call's usual end: the adapter's stream ended (its read
+                    # on the closed connection ended the body, or the stop's Cancelled
+                    # ended it), so there is nothing to close or drain; its lease is
+                    # released with the bookkeeping (`_ended_task`).
+                    if finish is not None or not _nothing_open(call, source):
                         dropped = await _close_work(call, source, finish is not None)
             except BaseException as exc:  # the stop's Cancelled, caught here; or an outer one
                 if not call._scope.__exit__(type(exc), exc, exc.__traceback__):
                     raise
             else:
-                call._scope.__exit__(None, None, None)
+                # A stopped call leaves its cancelled scope in its bookkeeping step:
+                # until then no checkpoint runs in it but `cancel_shielded_checkpoint`.
+                scope_open = call._cause is not None or box.gone
+                if not scope_open:
+                    call._scope.__exit__(None, None, None)
             ended = clock.current_time()
             if box.gone:
                 # The consumer left: no finish is made for nobody, and no put raises.
@@ -172,6 +177,9 @@ async def run_call(call: Call) -> None:
             if call._record is not None:
                 call._record.end(item)  # the call log: the record is handed over
         if not box.put_nowait(item):
+            if scope_open:  # the wait below is a checkpoint: not in the cancelled scope
+                scope_open = False
+                call._scope.__exit__(None, None, None)
             await box.put(item)
             delivered_at = trio.current_time()
         if type(item) is Finish:
@@ -182,11 +190,14 @@ async def run_call(call: Call) -> None:
         if started is not None and (call._cause is not None or box.gone):
             # A call stopped during its adapter work: its unwinding step did only
             # what its one finish needs (the finish is in the box, or nobody is
-            # left to take one). The bookkeeping below gets a step of its own, so
+            # left to take one). Leaving its scope, releasing its lease and the
+            # bookkeeping below get a step of their own, so
             # the unwinding step stays short: the upstream's task, woken by the
             # stop's close, shares that step's scheduler batch and may wait
             # behind it. A call stopped before it started has no upstream.
             await trio.lowlevel.cancel_shielded_checkpoint()
+        if scope_open:
+            call._scope.__exit__(None, None, None)
         _ended_task(
             call,
             middleware_failed,
@@ -271,6 +282,7 @@ def _ended_task(
     did no adapter work, now);
     what it delivered is ``call._delivered`` (None: the consumer left first).
     """
+    _release(call)
     call._box.close()
     call._task_done = True
     core = call._core

@@ -212,3 +212,36 @@ async def test_a_stopped_http_read_ends_the_body_with_no_error_to_translate(
                 assert upstream.connections[0].closed_by == "client"
         await adapter.aclose()
     assert translated == []
+
+
+class EndingOnStop(Adapter):
+    """Fills a two-chunk box, then waits until its closer runs and ends its stream
+    normally, as an HTTP stream whose socket the stop closed does."""
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        stopped = trio.Event()
+        close_on_stop(stopped.set)
+        yield BlockStart(index=0, block_type="text")
+        yield TextDelta(index=0, text="hi")
+        await stopped.wait()
+
+
+async def test_an_aborted_call_with_a_full_box_waits_outside_its_scope_then_ends_once() -> None:
+    """A stopped call leaves its cancelled scope after its unwinding step, but a finish
+    that must wait for room waits outside it (inside, the wait would be cancelled):
+    the buffered chunks, then one aborted finish, then the lease is released."""
+    async with llmrt.open_runtime(channel_size=2) as rt:
+        await rt.register_adapter(["p"], EndingOnStop())
+        with trio.fail_after(10):
+            async with rt.stream(_options()) as call:
+                await trio.testing.wait_all_tasks_blocked()  # the box is full
+                registration = call._registration
+                assert registration is not None and registration.in_flight == 1
+                call.abort()
+                await trio.testing.wait_all_tasks_blocked()  # the finish waits for room
+                assert not call._task_done
+                chunks = [chunk async for chunk in call]
+            assert [type(chunk) for chunk in chunks] == [BlockStart, TextDelta, Finish]
+            finish = chunks[-1]
+            assert isinstance(finish, Finish) and isinstance(finish.reason, FinishAborted)
+            assert registration.in_flight == 0
