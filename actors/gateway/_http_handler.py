@@ -339,6 +339,9 @@ class HttpApi:
     #: ``[aliases]`` of llmrt.toml: bare model name -> ``provider/model``.
     aliases: Mapping[str, str] = attrs.field(factory=dict)
     _names: tuple[tuple[str, ...], Mapping[str, str]] | None = attrs.field(default=None, init=False)
+    #: Where each call's `_watch` task runs: the gateway's connections nursery
+    #: (`serve_gateway` sets it before it accepts a connection).
+    watchers: trio.Nursery | None = attrs.field(default=None, init=False)
 
     def claims(self, target: bytes) -> bool:
         """Whether a request for ``target`` is this module's."""
@@ -661,15 +664,20 @@ class HttpApi:
         controller = AbortController()
         state.live += 1
         state.http_calls.add(controller)
+        watch = trio.CancelScope()
+        watchers = self.watchers
+        assert watchers is not None, "serve_gateway sets HttpApi.watchers before it serves"
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch, writer, controller, state.limits)
-                if call.stream:
-                    await self._stream(writer, api, call, controller)
-                else:
-                    await self._complete(writer, api, call, controller)
-                nursery.cancel_scope.cancel()
+            # The watcher in the connections nursery, not in a nursery of the call's
+            # own: opening and closing one is a good part of a short call's cost. It
+            # is cancelled as the call ends, before the connection closes.
+            watchers.start_soon(_watched, watch, writer, controller, state.limits)
+            if call.stream:
+                await self._stream(writer, api, call, controller)
+            else:
+                await self._complete(writer, api, call, controller)
         finally:
+            watch.cancel()
             state.live -= 1
             state.http_call_ended(controller)
 
@@ -789,6 +797,23 @@ class HttpApi:
 _TOKEN: Final = frozenset(
     b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
+
+
+async def _watched(
+    scope: trio.CancelScope, writer: _Writer, controller: AbortController, limits: Limits
+) -> None:
+    """`_watch` in ``scope``, which the call cancels as it ends; never raises.
+
+    Its first step only yields: started in the same scheduler batch as the
+    call task, it would run before that task's first step (the upstream
+    request) half of the time, and delay it by its whole first step.
+    """
+    with scope:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        try:
+            await _watch(writer, controller, limits)
+        except Exception:
+            log.exception("watching an HTTP API client failed")
 
 
 async def _watch(writer: _Writer, controller: AbortController, limits: Limits) -> None:

@@ -571,6 +571,8 @@ async def serve_gateway(
                 bound = await open_reuseport_listeners(host, port)
             else:
                 bound = await trio.open_tcp_listeners(port, host=host)
+            if front.api is not None:
+                front.api.watchers = conns  # each HTTP API call's client watcher
             doorman = _Doorman(state, front, conns)
             await serve_accepting(
                 bound, doorman.on_stream, doorman.on_capacity, task_status=task_status
