@@ -211,7 +211,8 @@ class _Writer:
     #: Writes begun so far, and whether one is under way (what `_watch` watches).
     writes: int = 0
     busy: bool = False
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: Held by a write that waits (`_wait_send`); made by the first such write.
+    lock: trio.Lock | None = None
     #: The plain socket under ``stream`` (None where there is none, e.g. under TLS).
     raw: socket.socket | None = attrs.field(default=None, init=False)
 
@@ -222,7 +223,7 @@ class _Writer:
         """Write ``data``; ``limit``: within that many seconds, or the client is gone."""
         if self.gone:
             raise _Gone
-        if self.raw is not None and not self.lock.locked():
+        if self.raw is not None and (self.lock is None or not self.lock.locked()):
             data = await self._at_once(data)  # nearly always all of it
             if not data:
                 return
@@ -261,6 +262,8 @@ class _Writer:
     async def _wait_send(self, data: bytes) -> None:
         """The waiting way: under the lock, one write at a time, watched by `_watch`."""
         lock = self.lock
+        if lock is None:
+            lock = self.lock = trio.Lock()
         if lock.locked():
             await lock.acquire()
         else:
@@ -804,12 +807,13 @@ async def _watched(
 ) -> None:
     """`_watch` in ``scope``, which the call cancels as it ends; never raises.
 
-    Its first step only yields: started in the same scheduler batch as the
-    call task, it would run before that task's first step (the upstream
-    request) half of the time, and delay it by its whole first step.
+    Its first step only yields (the scope is entered after it): started in
+    the same scheduler batch as the call task, it would run before that
+    task's first step (the upstream request) half of the time, and delay
+    it by its whole first step.
     """
-    with scope:
-        await trio.lowlevel.cancel_shielded_checkpoint()
+    await trio.lowlevel.cancel_shielded_checkpoint()
+    with scope:  # cancelled already: `_watch`'s first checkpoint ends it
         try:
             await _watch(writer, controller, limits)
         except Exception:
