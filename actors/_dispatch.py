@@ -530,7 +530,9 @@ async def _select(call: Call, options: GenerateOptions) -> tuple[Adapter, Genera
         call._watch()
     if call._target is None:
         try:
-            info = await validated_model_info(adapter, options.provider, options.model)
+            info = await validated_model_info(
+                adapter, options.provider, options.model, registration.model_infos
+            )
         except Exception as exc:
             if not isinstance(exc, LlmError) or exc.code != ErrorCode.INVALID_MODEL_INFO:
                 call._adapter_error = exc  # raised by the adapter's resolve_model()

@@ -8,6 +8,7 @@ named here too for the call and the runtime.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 import msgspec
 
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 _info_decoder = msgspec.json.Decoder(ResolvedModelInfo)
+#: At most this many answers in a `validated_model_info` memo (then it starts over).
+MEMO_ENTRIES: Final = 256
 _list_decoder = msgspec.json.Decoder(tuple[ModelInfo, ...])
 
 
@@ -42,14 +45,33 @@ def _invalid(provider: str, what: str) -> LlmError:
     return LlmError(ErrorCode.INVALID_MODEL_INFO, f"provider {provider!r}: {what}")
 
 
-async def validated_model_info(adapter: Adapter, provider: str, model: str) -> ResolvedModelInfo:
+async def validated_model_info(
+    adapter: Adapter,
+    provider: str,
+    model: str,
+    memo: dict[ResolvedModelInfo, ResolvedModelInfo] | None = None,
+) -> ResolvedModelInfo:
     """Ask the adapter about one exact model; validate and detach its answer.
 
     Raises `LlmError` ``INVALID_MODEL_INFO`` when the answer is malformed (wrong
     type, another provider or model id, bad numbers, an unknown default effort).
     Exceptions the adapter raises propagate. Cancellable like any trio call.
+
+    ``memo`` (a registration's, kept by the caller): answers validated before,
+    by value. An answer equal to one of them gets that one's detached copy
+    without the round trip: the answer is frozen, and whether it is valid
+    depends on nothing but its value and the names asked for.
     """
-    info = await adapter.resolve_model(provider, model)
+    answer = await adapter.resolve_model(provider, model)
+    if memo is not None and type(answer) is ResolvedModelInfo:
+        try:
+            known = memo.get(answer)
+        except TypeError:  # a field that cannot be hashed: checked every time
+            memo = None
+        else:
+            if known is not None and known.provider == provider and known.id == model:
+                return known
+    info = answer
     if not isinstance(info, ResolvedModelInfo):
         raise _invalid(provider, f"resolve_model() returned {type(info).__name__}")
     try:
@@ -73,6 +95,10 @@ async def validated_model_info(adapter: Adapter, provider: str, model: str) -> R
             raise _invalid(
                 provider, f"model {model!r} has a default effort {default!r} it does not list"
             )
+    if memo is not None and type(answer) is ResolvedModelInfo:
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        memo[answer] = info
     return info
 
 

@@ -19,6 +19,7 @@ import trio
 from llmrt._adapter import Adapter
 from llmrt._deadlines import RuntimeServices
 from llmrt._errors import ErrorCode
+from llmrt._request import ResolvedModelInfo
 
 __all__ = ["Registration", "Leaseholder"]
 
@@ -52,6 +53,8 @@ class Registration:
     closed: trio.Event = attrs.field(factory=trio.Event, init=False)
     #: What the adapter is lent while registered (None: the actor starts its own).
     services: RuntimeServices | None = attrs.field(default=None, kw_only=True)
+    #: The adapter's `resolve_model` answers validated so far (`validated_model_info`'s memo).
+    model_infos: dict[ResolvedModelInfo, ResolvedModelInfo] = attrs.field(factory=dict, init=False)
     _mailbox: trio.MemorySendChannel[float] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[float] = attrs.field(init=False)
 

@@ -505,3 +505,67 @@ async def test_replay_gating_follows_the_current_owner(runtime: llmrt.LlmRuntime
     await handle.replace(["b", "a"])
     await collect(runtime.stream(make_options("b", messages=conversation(message))))
     assert adapter.requests[1].messages == conversation(message)
+
+
+# ---- the registration's memo of validated answers -----------------------------------------
+
+
+async def test_an_answer_validated_before_is_served_from_the_memo() -> None:
+    from llmrt.actors._prepare import validated_model_info
+
+    adapter = ScriptedAdapter(
+        text_script(["x"]), model_info=lambda provider, model: msgspec.structs.replace(RICH)
+    )
+    memo: dict[ResolvedModelInfo, ResolvedModelInfo] = {}
+    first = await validated_model_info(adapter, "p", "m", memo)
+    assert first == RICH and list(memo.values()) == [first]
+    # An equal answer (a new object) gets the detached copy made the first time.
+    assert await validated_model_info(adapter, "p", "m", memo) is first
+    # Without the memo, every answer is a fresh copy.
+    assert await validated_model_info(adapter, "p", "m") is not first
+
+
+async def test_the_memo_still_checks_the_names_asked_for() -> None:
+    from llmrt.actors._prepare import validated_model_info
+
+    adapter = ScriptedAdapter(text_script(["x"]), model_info=lambda provider, model: RICH)
+    memo: dict[ResolvedModelInfo, ResolvedModelInfo] = {}
+    await validated_model_info(adapter, "p", "m", memo)
+    # The same answer for another model, or another provider, is still wrong.
+    for provider, model in (("p", "other"), ("q", "m")):
+        with pytest.raises(LlmError) as info:
+            await validated_model_info(adapter, provider, model, memo)
+        assert info.value.code == ErrorCode.INVALID_MODEL_INFO
+
+
+async def test_an_invalid_answer_is_never_memoized_and_the_memo_is_bounded() -> None:
+    from llmrt.actors._prepare import MEMO_ENTRIES, validated_model_info
+
+    bad = msgspec.structs.replace(RICH, default_max_tokens=0)
+    answers = iter([bad, bad])
+    adapter = ScriptedAdapter(text_script(["x"]), model_info=lambda p, m: next(answers))
+    memo: dict[ResolvedModelInfo, ResolvedModelInfo] = {}
+    for _ in range(2):  # refused each time: the first refusal left nothing behind
+        with pytest.raises(LlmError):
+            await validated_model_info(adapter, "p", "m", memo)
+    assert memo == {}
+    many = ScriptedAdapter(
+        text_script(["x"]),
+        model_info=lambda provider, model: ResolvedModelInfo(
+            provider=provider, id=model, name=model
+        ),
+    )
+    for n in range(MEMO_ENTRIES + 10):
+        await validated_model_info(many, "p", f"m{n}", memo)
+    assert 0 < len(memo) <= MEMO_ENTRIES
+
+
+async def test_a_call_after_the_answer_changed_checks_the_new_answer(
+    runtime: llmrt.LlmRuntime,
+) -> None:
+    answers = iter([RICH, RICH, msgspec.structs.replace(RICH, default_max_tokens=0), RICH])
+    adapter = CatalogAdapter(text_script(["x"]), model_info=lambda p, m: next(answers))
+    await runtime.register_adapter(["p"], adapter)
+    reasons = [type(finish_reason(await collect(runtime.stream(make_options())))) for _ in range(4)]
+    assert reasons == [FinishStop, FinishStop, FinishError, FinishStop]
+    assert adapter.resolved == 4  # the adapter is asked every time
