@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from _http_wire import (
@@ -158,6 +159,18 @@ async def test_a_foreign_origin_is_403_and_gets_no_preflight() -> None:
         assert reply.headers["access-control-allow-headers"] == "authorization,content-type"
         assert "POST" in reply.headers["access-control-allow-methods"]
         await still_serves(server.port, (("Origin", allowed),))
+
+
+async def test_remembered_origin_answers_follow_a_new_policy() -> None:
+    async with api_gateway(SMALL, allow_origin=["https://app.example"]) as (server, _, _):
+        other = (("Origin", "https://other.example"),)
+        data = request_bytes("/v1/chat/completions", chat_body(), headers=other)
+        for _ in range(2):  # the second answer is the remembered one
+            openai_shape(await exchange(server.port, data), 403)
+        server._state.policy = attrs.evolve(server._state.policy, any_origin=True)
+        await still_serves(server.port, other)
+        server._state.policy = attrs.evolve(server._state.policy, any_origin=False)
+        openai_shape(await exchange(server.port, data), 403)
 
 
 async def test_a_client_that_never_reads_is_cut_off_and_its_call_aborted() -> None:

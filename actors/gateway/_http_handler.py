@@ -72,6 +72,7 @@ from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._connection import GatewayState
 from ._head import PlainRequest
+from ._origin import OriginPolicy, Refusal
 from ._protocol import Limits, bearer_from_headers, token_matches
 from .api import APIS, MESSAGES, Api, ApiRequestError, ErrorAnswer
 from .api._common import resolve_model
@@ -101,6 +102,8 @@ _SSE_HEADERS: Final = (
     (b"X-Content-Type-Options", b"nosniff"),
 )
 _ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
+#: Origin and Host pairs an `HttpApi` remembers the policy's answer for (then it starts over).
+_POLICY_MEMO: Final = 64
 _encode = msgspec.json.Encoder().encode
 
 
@@ -151,6 +154,18 @@ def _reason(status: int) -> bytes:
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
+
+
+def _head_bytes(status: int, headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    lines = [b"HTTP/1.1 %d %b" % (status, _reason(status))]
+    lines.extend(name + b": " + value for name, value in headers)
+    lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+#: A stream's head without CORS headers, chunked (HTTP/1.1) or not (HTTP/1.0).
+_SSE_HEAD_CHUNKED: Final = _head_bytes(200, (*_SSE_HEADERS, (b"Transfer-Encoding", b"chunked")))
+_SSE_HEAD_PLAIN: Final = _head_bytes(200, _SSE_HEADERS)
 
 
 class _Gone(Exception):
@@ -287,11 +302,7 @@ class _Writer:
         """The response head, written here: h11's header validation is most of a
         small request's cost, and every name and value here is the gateway's own
         (the echoed ``Origin`` passed h11's parser and the origin policy)."""
-        lines = [b"HTTP/1.1 %d %b" % (status, _reason(status))]
-        lines.extend(name + b": " + value for name, value in headers)
-        lines.extend(name + b": " + value for name, value in self.extra)
-        lines.append(b"Connection: close")
-        return b"\r\n".join(lines) + b"\r\n\r\n"
+        return _head_bytes(status, (*headers, *self.extra))
 
     async def whole(
         self, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
@@ -318,8 +329,11 @@ class _Writer:
     async def start_stream(self, first: bytes, *, last: bool = False) -> None:
         """The stream's head and its first events (``last``: and its end), in one write."""
         self.started = True
-        framing = ((b"Transfer-Encoding", b"chunked"),) if self.chunked else ()
-        head = self._head(200, (*_SSE_HEADERS, *framing))
+        if self.extra:
+            framing = ((b"Transfer-Encoding", b"chunked"),) if self.chunked else ()
+            head = self._head(200, (*_SSE_HEADERS, *framing))
+        else:  # the usual head, made once
+            head = _SSE_HEAD_CHUNKED if self.chunked else _SSE_HEAD_PLAIN
         await self._bounded(head + self._frame(first, last))
 
     def _frame(self, data: bytes, last: bool = False) -> bytes:
@@ -345,6 +359,30 @@ class HttpApi:
     #: Where each call's `_watch` task runs: the gateway's connections nursery
     #: (`serve_gateway` sets it before it accepts a connection).
     watchers: trio.Nursery | None = attrs.field(default=None, init=False)
+    #: The origin policy the memo is of, and its answers by (Origin, Host) (`_checked`).
+    _memo: tuple[OriginPolicy, dict[tuple[bytes | None, bytes | None], Refusal | None]] | None = (
+        attrs.field(default=None, init=False)
+    )
+
+    def _checked(self, origin: bytes | None, host: bytes | None) -> Refusal | None:
+        """The origin policy's answer for these header values, remembered: a client
+        sends the same ``Origin`` and ``Host`` request after request."""
+        policy = self.state.policy
+        memo = self._memo
+        if memo is None or memo[0] is not policy:
+            memo = self._memo = (policy, {})
+        answers = memo[1]
+        key = (origin, host)
+        if key in answers:
+            return answers[key]
+        refusal = policy.check(
+            origin.decode("latin-1") if origin is not None else None,
+            host.decode("latin-1") if host is not None else None,
+        )
+        if len(answers) >= _POLICY_MEMO:
+            answers.clear()
+        answers[key] = refusal
+        return refusal
 
     def claims(self, target: bytes) -> bool:
         """Whether a request for ``target`` is this module's."""
@@ -399,10 +437,7 @@ class HttpApi:
         headers = request.headers
         origin = _header(headers, b"origin")
         host = _header(headers, b"host")
-        refusal = state.policy.check(
-            origin.decode("latin-1") if origin is not None else None,
-            host.decode("latin-1") if host is not None else None,
-        )
+        refusal = self._checked(origin, host)
         if refusal is not None:
             state.refused(refusal.cause)
             return _answer(
