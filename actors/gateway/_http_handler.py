@@ -72,7 +72,6 @@ from .._abort import AbortController
 from .._tracecontext import TRACEPARENT, valid_traceparent
 from ._connection import GatewayState
 from ._head import PlainRequest
-from ._origin import OriginPolicy, Refusal
 from ._protocol import Limits, bearer_from_headers, token_matches
 from .api import APIS, MESSAGES, Api, ApiRequestError, ErrorAnswer
 from .api._common import resolve_model
@@ -102,8 +101,6 @@ _SSE_HEADERS: Final = (
     (b"X-Content-Type-Options", b"nosniff"),
 )
 _ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
-#: Origin and Host pairs an `HttpApi` remembers the policy's answer for (then it starts over).
-_POLICY_MEMO: Final = 64
 _encode = msgspec.json.Encoder().encode
 
 
@@ -359,30 +356,6 @@ class HttpApi:
     #: Where each call's `_watch` task runs: the gateway's connections nursery
     #: (`serve_gateway` sets it before it accepts a connection).
     watchers: trio.Nursery | None = attrs.field(default=None, init=False)
-    #: The origin policy the memo is of, and its answers by (Origin, Host) (`_checked`).
-    _memo: tuple[OriginPolicy, dict[tuple[bytes | None, bytes | None], Refusal | None]] | None = (
-        attrs.field(default=None, init=False)
-    )
-
-    def _checked(self, origin: bytes | None, host: bytes | None) -> Refusal | None:
-        """The origin policy's answer for these header values, remembered: a client
-        sends the same ``Origin`` and ``Host`` request after request."""
-        policy = self.state.policy
-        memo = self._memo
-        if memo is None or memo[0] is not policy:
-            memo = self._memo = (policy, {})
-        answers = memo[1]
-        key = (origin, host)
-        if key in answers:
-            return answers[key]
-        refusal = policy.check(
-            origin.decode("latin-1") if origin is not None else None,
-            host.decode("latin-1") if host is not None else None,
-        )
-        if len(answers) >= _POLICY_MEMO:
-            answers.clear()
-        answers[key] = refusal
-        return refusal
 
     def claims(self, target: bytes) -> bool:
         """Whether a request for ``target`` is this module's."""
@@ -437,7 +410,10 @@ class HttpApi:
         headers = request.headers
         origin = _header(headers, b"origin")
         host = _header(headers, b"host")
-        refusal = self._checked(origin, host)
+        refusal = state.policy.check(
+            origin.decode("latin-1") if origin is not None else None,
+            host.decode("latin-1") if host is not None else None,
+        )
         if refusal is not None:
             state.refused(refusal.cause)
             return _answer(

@@ -54,6 +54,8 @@ _PORT = re.compile(r"[0-9]{1,5}")
 _NAME = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.?")
 #: Bound on how much of a refused origin a log line or an answer repeats.
 _SHOWN = 100
+#: (Origin, Host) pairs an `OriginPolicy` remembers its answer for.
+_ANSWERS = 64
 
 
 @attrs.frozen
@@ -166,6 +168,11 @@ class OriginPolicy:
     any_origin: bool = False
     #: The gateway listens on a loopback address: ``Host`` must be loopback too.
     loopback: bool = True
+    #: `check`'s answers by (Origin, Host): a client sends the same pair request
+    #: after request. At most `_ANSWERS` pairs, then it starts over.
+    _answers: dict[tuple[str | None, str | None], Refusal | None] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     @classmethod
     def build(cls, allow: Iterable[str], *, loopback: bool, token: bool) -> OriginPolicy:
@@ -206,6 +213,17 @@ class OriginPolicy:
 
         Not a checkpoint; no I/O.
         """
+        key = (origin, host)
+        answers = self._answers
+        if key in answers:
+            return answers[key]
+        refusal = self._check(origin, host)
+        if len(answers) >= _ANSWERS:
+            answers.clear()
+        answers[key] = refusal
+        return refusal
+
+    def _check(self, origin: str | None, host: str | None) -> Refusal | None:
         parsed_host = split_host(host) if host is not None else None
         if self.loopback and (parsed_host is None or not is_loopback_host(parsed_host[0])):
             shown = _shown(host) if host is not None else "none"
