@@ -850,12 +850,21 @@ async def _watch(writer: _Writer, controller: AbortController, limits: Limits) -
     quiet = stalled = 0.0
     seen = -1  # no stream yet
     due = trio.current_time() + tick
+    raw = writer.raw
     while True:
         if left > 0:
             data = None
             with trio.move_on_at(due):
                 try:
-                    data = await writer.stream.receive_some(_RECEIVE)
+                    if raw is None:
+                        data = await writer.stream.receive_some(_RECEIVE)
+                    else:
+                        # The socket itself: the client has sent its request, so a
+                        # first non-blocking read (what receive_some tries) would fail.
+                        await trio.lowlevel.wait_readable(raw)
+                        data = raw.recv(_RECEIVE)
+                except BlockingIOError:
+                    continue  # a spurious wake-up
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
             if data is not None:
