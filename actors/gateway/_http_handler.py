@@ -353,9 +353,13 @@ class HttpApi:
     #: ``[aliases]`` of llmrt.toml: bare model name -> ``provider/model``.
     aliases: Mapping[str, str] = attrs.field(factory=dict)
     _names: tuple[tuple[str, ...], Mapping[str, str]] | None = attrs.field(default=None, init=False)
-    #: Where each call's `_watch` task runs: the gateway's connections nursery
-    #: (`serve_gateway` sets it before it accepts a connection).
-    watchers: trio.Nursery | None = attrs.field(default=None, init=False)
+    #: Starts each call's `_watch` task (`attach` makes it before the gateway accepts).
+    _starter: _Starter | None = attrs.field(default=None, init=False)
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Run the calls' client watchers in ``nursery`` (the gateway's connections nursery)."""
+        self._starter = _Starter(nursery)
+        nursery.start_soon(self._starter.run)
 
     def claims(self, target: bytes) -> bool:
         """Whether a request for ``target`` is this module's."""
@@ -679,13 +683,13 @@ class HttpApi:
         state.live += 1
         state.http_calls.add(controller)
         watch = trio.CancelScope()
-        watchers = self.watchers
-        assert watchers is not None, "serve_gateway sets HttpApi.watchers before it serves"
+        starter = self._starter
+        assert starter is not None, "serve_gateway attaches the HttpApi before it serves"
         try:
             # The watcher in the connections nursery, not in a nursery of the call's
             # own: opening and closing one is a good part of a short call's cost. It
             # is cancelled as the call ends, before the connection closes.
-            watchers.start_soon(_watched, watch, writer, controller, state.limits)
+            starter.start((watch, writer, controller, state.limits))
             if call.stream:
                 await self._stream(writer, api, call, controller)
             else:
@@ -813,18 +817,58 @@ _TOKEN: Final = frozenset(
 )
 
 
+_Watched = tuple[trio.CancelScope, _Writer, AbortController, Limits]
+
+
+@attrs.define(eq=False)
+class _Starter:
+    """Starts the calls' client watchers, each after its call's first step.
+
+    A call task started in one scheduler batch takes its first step (the
+    upstream request) in the next; a watcher spawned beside it would take
+    its own first step in that same batch, before it half of the time, and
+    the spawn itself would lengthen the step that starts the call. So the
+    request's task only hands the watcher's arguments over (`start`), and
+    this task spawns the watchers one batch after the calls' first steps.
+    One task for the gateway, parked while there is nothing to start.
+    """
+
+    nursery: trio.Nursery
+    _todo: list[_Watched] = attrs.field(factory=list, init=False)
+    _parked: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
+
+    def start(self, watched: _Watched) -> None:
+        self._todo.append(watched)
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def run(self) -> None:
+        while True:
+            if not self._todo:
+                self._parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort)
+            # Woken in the same batch as the first steps of the calls handed over
+            # (both were scheduled in the step that started them): one more batch,
+            # so the spawns come after those steps.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            todo, self._todo = self._todo, []
+            for watched in todo:
+                self.nursery.start_soon(_watched, *watched)
+
+
 async def _watched(
     scope: trio.CancelScope, writer: _Writer, controller: AbortController, limits: Limits
 ) -> None:
-    """`_watch` in ``scope``, which the call cancels as it ends; never raises.
-
-    Its first step only yields (the scope is entered after it): started in
-    the same scheduler batch as the call task, it would run before that
-    task's first step (the upstream request) half of the time, and delay
-    it by its whole first step.
-    """
-    await trio.lowlevel.cancel_shielded_checkpoint()
-    with scope:  # cancelled already: `_watch`'s first checkpoint ends it
+    """`_watch` in ``scope``, which the call cancels as it ends; never raises."""
+    if scope.cancel_called:
+        return  # the call ended before its watcher started: nothing to watch
+    with scope:
         try:
             await _watch(writer, controller, limits)
         except Exception:

@@ -572,7 +572,7 @@ async def serve_gateway(
             else:
                 bound = await trio.open_tcp_listeners(port, host=host)
             if front.api is not None:
-                front.api.watchers = conns  # each HTTP API call's client watcher
+                front.api.attach(conns)  # each HTTP API call's client watcher runs there
             doorman = _Doorman(state, front, conns)
             await serve_accepting(
                 bound, doorman.on_stream, doorman.on_capacity, task_status=task_status
