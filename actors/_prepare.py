@@ -63,7 +63,9 @@ async def validated_model_info(
     depends on nothing but its value and the names asked for.
     """
     answer = await adapter.resolve_model(provider, model)
-    if memo is not None and type(answer) is ResolvedModelInfo:
+    if type(answer) is not ResolvedModelInfo:
+        memo = None  # not memoized (a subclass, or not model info at all)
+    if memo is not None:
         try:
             known = memo.get(answer)
         except TypeError:  # a field that cannot be hashed: checked every time
@@ -95,7 +97,7 @@ async def validated_model_info(
             raise _invalid(
                 provider, f"model {model!r} has a default effort {default!r} it does not list"
             )
-    if memo is not None and type(answer) is ResolvedModelInfo:
+    if memo is not None:
         if len(memo) >= MEMO_ENTRIES:
             memo.clear()
         memo[answer] = info

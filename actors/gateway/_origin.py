@@ -215,8 +215,10 @@ class OriginPolicy:
         """
         key = (origin, host)
         answers = self._answers
-        if key in answers:
+        try:
             return answers[key]
+        except KeyError:
+            pass
         refusal = self._check(origin, host)
         if len(answers) >= _ANSWERS:
             answers.clear()
