@@ -241,6 +241,9 @@ class Call:
     #: The watchdog's entry for this call (None when not watched).
     _watch_entry: Entry | None = attrs.field(default=None, init=False)
     _entered: bool = attrs.field(default=False, init=False)
+    #: True when whoever started the call already found ``options`` valid (a
+    #: retrying call checks them once, before its first attempt): `_refusal` skips it.
+    _checked: bool = attrs.field(default=False, init=False)
     #: The statistics series this call counts into (set when it starts).
     _series: CallSeries | None = attrs.field(default=None, init=False)
     #: trio time of the abort that stopped this call (None: none did).

@@ -228,6 +228,8 @@ def _refusal(call: Call) -> Finish | None:
     """
     if call._cause is not None:
         return call._cause
+    if call._checked:
+        return None
     invalid = invalid_reason(call.options)
     return None if invalid is None else _error(ErrorCode.INVALID_REQUEST, invalid)
 

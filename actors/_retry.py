@@ -45,7 +45,7 @@ from llmrt._retry import (
 from llmrt._validate import invalid_reason
 
 from ._abort import AbortSignal
-from ._call import aborted_message
+from ._call import Call, aborted_message
 from ._misuse import RETRY_FORM, not_entered, not_in_trio
 from .call_log import RetryAttemptRecord, _summary
 
@@ -318,7 +318,10 @@ class RetryCall:
         if self.attempt == 1:
             self.log_id  # noqa: B018  # the call log: the record's time is the call's start
         # Kept only once entered: a call whose start was cancelled has nothing to stop.
-        self._call = await self._start(self.options, self._signal).__aenter__()
+        attempt = self._start(self.options, self._signal)
+        if type(attempt) is Call:
+            attempt._checked = True  # `_between` checked the options before the first attempt
+        self._call = await attempt.__aenter__()
         # A policy that allows no retry (the route's, once the attempt knows its route)
         # settles the call at once.
         policy = self.policy

@@ -447,3 +447,32 @@ async def test_cancelled_while_an_attempt_starts_leaves_at_once() -> None:
         assert scope.cancelled_caught
         assert adapter.requests == []
         assert rt.statistics().calls_in_flight == 0
+
+
+async def test_a_retried_call_checks_its_request_once(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor checks the request before its first attempt; the attempts'
+    # calls do not check the same (immutable) request again, one check a request.
+    from llmrt.actors import _dispatch, _retry
+
+    checked: list[GenerateOptions] = []
+
+    def counting(options: Any) -> str | None:
+        checked.append(options)
+        return None
+
+    monkeypatch.setattr(_retry, "invalid_reason", counting)
+    monkeypatch.setattr(_dispatch, "invalid_reason", counting)
+    policy = NormalRetryPolicy(max_retries=2, initial_delay_ms=10, jitter_ratio=0)
+    adapter = ScriptedAdapter(failing(ErrorCode.SERVER_ERROR), retry_policy=policy)
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(["p"], adapter)
+        events, _ = await run(rt)
+        async with rt.stream(REQUEST) as call:  # a plain call checks its own
+            async for _ in call:
+                pass
+    assert isinstance(final(events).reason, FinishStop)
+    assert len([e for e in events if isinstance(e, RetryScheduled)]) == 1
+    assert checked == [REQUEST, REQUEST]
+

@@ -736,8 +736,11 @@ class HttpApi:
                             if cls is Finish and type(chunk.reason) in (FinishError, FinishAborted):
                                 await writer.error(api.error(chunk.reason.failure))
                                 return
-                            data = b"".join(encoder.push(c) for c in held) + encoder.push(chunk)
-                            held.clear()
+                            if held:  # usage that came before the first event: pushed first
+                                data = b"".join([*map(encoder.push, held), encoder.push(chunk)])
+                                held.clear()
+                            else:
+                                data = encoder.push(chunk)
                             writer.encoder = encoder  # `_watch` keeps its timers from now on
                             if not data and cls is not Finish:
                                 # Nothing to say yet (a block start, say): the head waits,
