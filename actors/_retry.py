@@ -51,6 +51,7 @@ from .call_log import RetryAttemptRecord, _summary
 
 __all__ = [
     "Attempt",
+    "OneAttempt",
     "RetryCall",
     "RetryHost",
     "StartAttempt",
@@ -382,6 +383,43 @@ class RetryCallContext:
             signal._unsubscribe(self._key)
         with trio.CancelScope(shield=True):
             await self._call.aclose()
+
+
+@attrs.define(eq=False, slots=True)
+class OneAttempt:
+    """The executor's stand-in for a call whose route allows no retry: its one attempt.
+
+    What a `RetryCallContext` and its `RetryCall` give a gateway (``async
+    with``, `next_chunk`, `ready`) with nothing between the consumer and the
+    call: under a policy of no retries the executor forwards every chunk and
+    the finish as they are, and its setup is a good part of the step that
+    starts a call. The statistics count the call's one attempt as the
+    executor does (`RetryHost.retry_ended`). `LlmRuntime.stream_or_retry`
+    chooses it.
+    """
+
+    _call: Call
+    _host: RetryHost
+
+    async def __aenter__(self) -> OneAttempt:
+        await self._call.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self._call.__aexit__(None, None, None)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the next chunk is already here (`Call.ready`)."""
+        return self._call.ready
+
+    async def next_chunk(self) -> StreamChunk:
+        """The call's next chunk (`RetryCall.next_chunk` without a retry to schedule)."""
+        chunk = await self._call.__anext__()
+        if type(chunk) is Finish:
+            self._host.retry_ended(1)
+        return chunk
 
 
 def check_retry_after_cap(value: float) -> float:

@@ -59,6 +59,7 @@ from ._registration import Registration
 from ._registry import DirectoryHandle, DiscoveryHandle, RegistrationHandle, Registry
 from ._retry import (
     DEFAULT_MAX_RETRY_AFTER_MS,
+    OneAttempt,
     RetryCall,
     RetryCallContext,
     check_retry_after_cap,
@@ -433,6 +434,32 @@ class LlmRuntime:
             check_retry_after_cap(max_retry_after_ms),
         )
         return RetryCallContext(call)
+
+    def stream_or_retry(
+        self,
+        options: GenerateOptions,
+        *,
+        signal: AbortSignal | None = None,
+        retry_after_output: bool = True,
+    ) -> RetryCallContext | OneAttempt:
+        """`stream_with_retry` under the route's own policy, for consumers of chunks.
+
+        ``async with rt.stream_or_retry(options) as call`` then ``await
+        call.next_chunk()`` and ``call.ready``, as on a `RetryCall` (the
+        gateways use it). A call that could make only one attempt (its route's
+        policy has ``max_retries=0``, no routing group serves the provider,
+        the call log is off) runs without the executor (`OneAttempt`), which
+        would forward its chunks and finish unchanged.
+        """
+        core = self._core
+        if core.call_log is None and options.provider not in core.router.plans:
+            route = core.routes.get(options.provider)
+            if route is not None:
+                policy = route.retry_policy
+                if type(policy) is NormalRetryPolicy and policy.max_retries == 0:
+                    call = Call(core, options, signal, None, core.default_idle_timeout)
+                    return OneAttempt(call, core)
+        return self.stream_with_retry(options, signal=signal, retry_after_output=retry_after_output)
 
     def _start_attempt(
         self, options: GenerateOptions, signal: AbortSignal | None

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from _api_support import sse_events, text_script
@@ -27,12 +28,25 @@ from _http_wire import (
 )
 from _settle import wait_until
 
-from llmrt import ErrorCode, Finish, FinishError, GenerateOptions, LlmFailure, NormalRetryPolicy
+from llmrt import (
+    ErrorCode,
+    Finish,
+    FinishError,
+    FinishStop,
+    GenerateOptions,
+    LlmFailure,
+    NormalRetryPolicy,
+    TokenUsage,
+    UsageChunk,
+)
 from llmrt.actors._tracecontext import TRACEPARENT
 from llmrt.actors.gateway import Limits
 from llmrt.actors.gateway._http_handler import _Writer
 
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+#: A route that allows no retry: its calls skip the retry executor (`OneAttempt`).
+NO_RETRY = NormalRetryPolicy(max_retries=0)
+POLICIES = pytest.mark.parametrize("policy", [None, NO_RETRY], ids=["retrying", "no-retry"])
 PATHS = {
     "chat": ("/v1/chat/completions", chat_body),
     "responses": ("/v1/responses", responses_body),
@@ -111,11 +125,14 @@ async def test_a_stream_silent_after_a_block_start_gets_its_head_and_pings() -> 
     assert got.index(b": ping") < got.index(b'"content"')
 
 
+@POLICIES
 @pytest.mark.parametrize("api", PATHS)
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_client_gone_before_the_first_byte_aborts_the_call(api: str, stream: bool) -> None:
+async def test_a_client_gone_before_the_first_byte_aborts_the_call(
+    api: str, stream: bool, policy: Any
+) -> None:
     path, body_of = PATHS[api]
-    async with api_gateway() as (server, rt, adapter):
+    async with api_gateway(retry_policy=policy) as (server, rt, adapter):
         with trio.fail_after(10):
             conn = await trio.open_tcp_stream("127.0.0.1", server.port)
             body = body_of("late", stream=stream)
@@ -127,10 +144,11 @@ async def test_a_client_gone_before_the_first_byte_aborts_the_call(api: str, str
         assert server.live_requests == 0
 
 
-async def test_a_slow_reader_holds_the_upstream_back() -> None:
+@POLICIES
+async def test_a_slow_reader_holds_the_upstream_back(policy: Any) -> None:
     PRODUCED[0] = 0
     limits = Limits(shutdown_grace=0.2, heartbeat_timeout=30)
-    async with api_gateway(limits) as (server, rt, _adapter):
+    async with api_gateway(limits, retry_policy=policy) as (server, rt, _adapter):
         with trio.fail_after(30):
             sock = trio.socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -238,3 +256,55 @@ async def test_events_already_here_go_out_in_one_write(monkeypatch: pytest.Monke
     assert b'"content":"Hello"' not in after and b'"content":" there"' in after
     assert reply.body.index(b'"content":"Hello"') < reply.body.index(b": ping")
     assert reply.body.index(b": ping") < reply.body.index(after)
+
+
+def _usage_first(options: GenerateOptions) -> list[Any]:
+    """The usage before any block (some providers report the input's count first), then text."""
+    usage = UsageChunk(usage=TokenUsage(input_tokens=7, output_tokens=2))
+    return [usage, *text_script()[:4], Finish(reason=FinishStop())]
+
+
+@POLICIES
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_usage_before_the_first_event_is_in_the_answer(api: str, policy: Any) -> None:
+    # The handler holds a usage chunk until the first event it can write: the
+    # usage must still reach the API's usage field at the end.
+    path, body = PATHS[api]
+    more: dict[str, Any] = {"stream": True}
+    if api == "chat":
+        more["stream_options"] = {"include_usage": True}
+    async with api_gateway(script=_usage_first, retry_policy=policy) as (server, _, _):
+        reply = await exchange(server.port, request_bytes(path, body("Hello", **more)))
+    assert reply.status == 200
+    datas = [msgspec.json.decode(data) for _, data in sse_events(reply.body) if data != b"[DONE]"]
+    if api == "chat":
+        assert "".join(d["choices"][0]["delta"].get("content") or "" for d in datas[:-1]) == (
+            "Hello there"
+        )
+        usage = datas[-1]["usage"]
+        assert usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 2
+    elif api == "responses":
+        assert datas[-1]["type"] == "response.completed"
+        assert datas[-1]["response"]["usage"]["input_tokens"] == 7
+    else:
+        deltas = [d for d in datas if d["type"] == "message_delta"]
+        assert deltas[-1]["usage"]["output_tokens"] == 2
+
+
+@POLICIES
+async def test_a_failure_before_any_output_is_the_apis_error_status(policy: Any) -> None:
+    # Not a retryable code: the default policy makes one attempt too, at once.
+    failure = LlmFailure(message="bad key", code=ErrorCode.AUTH)
+
+    def script(options: GenerateOptions) -> list[Any]:
+        return [Finish(reason=FinishError(failure=failure))]
+
+    async with api_gateway(script=script, retry_policy=policy) as (server, rt, _):
+        reply = await exchange(
+            server.port, request_bytes("/v1/chat/completions", chat_body(stream=True))
+        )
+        stats = rt.statistics()
+    assert reply.status == 401
+    assert reply.json()["error"]["message"] == "bad key"
+    assert stats.calls_finished == {"error": 1}
+    assert stats.attempts_per_call == {1: 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -476,3 +477,41 @@ async def test_a_retried_call_checks_its_request_once(
     assert len([e for e in events if isinstance(e, RetryScheduled)]) == 1
     assert checked == [REQUEST, REQUEST]
 
+
+async def _chunks(context: Any) -> list[Any]:
+    out = []
+    async with context as call:
+        while True:
+            chunk = await call.next_chunk()
+            out.append(chunk)
+            if isinstance(chunk, Finish):
+                return out
+
+
+async def test_a_route_without_retries_streams_its_one_attempt_unwrapped(tmp_path: Any) -> None:
+    from llmrt.actors._retry import OneAttempt, RetryCallContext
+
+    none = NormalRetryPolicy(max_retries=0)
+    async with llmrt.open_runtime() as rt:
+        await rt.register_adapter(
+            ["p"], ScriptedAdapter(text_script(["a", "b"]), retry_policy=none)
+        )
+        await rt.register_adapter(["q"], ScriptedAdapter(failing(ErrorCode.SERVER_ERROR)))
+        single = rt.stream_or_retry(REQUEST)
+        assert isinstance(single, OneAttempt)
+        direct = await _chunks(single)
+        wrapped = await _chunks(rt.stream_with_retry(REQUEST))
+        assert direct == wrapped
+        assert isinstance(direct[-1].reason, FinishStop)
+        # A route that may retry keeps the executor, and it retries.
+        retrying = rt.stream_or_retry(msgspec.structs.replace(REQUEST, provider="q"))
+        assert isinstance(retrying, RetryCallContext)
+        events = await _chunks(retrying)
+        assert any(isinstance(e, RetryScheduled) for e in events)
+        stats = rt.statistics()
+    # Each call counts its attempts as the executor counts them.
+    assert stats.attempts_per_call == {1: 2, 2: 1}
+    # With the call log on, the executor writes the call's retry record: it stays.
+    async with llmrt.open_runtime(call_log=tmp_path) as rt:
+        await rt.register_adapter(["p"], ScriptedAdapter(text_script(["a"]), retry_policy=none))
+        assert isinstance(rt.stream_or_retry(REQUEST), RetryCallContext)

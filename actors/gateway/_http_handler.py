@@ -26,11 +26,12 @@ API's decoder (400 naming the parameter, 404 for a model that names no route).
 Per-peer concurrency is the gateway's admission: a connection holds its
 address's slot until it closes.
 
-A call runs as ``rt.stream_with_retry(..., retry_after_output=False)``: the
+A call runs as ``rt.stream_or_retry(..., retry_after_output=False)``: the
 route's retry policy applies until the first output, never after (a stream
-cannot take output back). Nothing is written before the first chunk, so a
-call that fails before any output is the API's HTTP error (status, headers);
-after it, the API's in-stream error event. A slow reader backpressures the
+cannot take output back); a route that allows no retry skips the executor.
+Nothing is written before the first chunk, so a call that fails before any
+output is the API's HTTP error (status, headers); after it, the API's
+in-stream error event. A slow reader backpressures the
 call (each write waits for the socket, so the call's buffer fills and the
 adapter stops reading upstream); a write that makes no progress for
 ``heartbeat_timeout`` ends the call. A client that closes its connection
@@ -700,7 +701,7 @@ class HttpApi:
             state.http_call_ended(controller)
 
     def _events(self, call: Any, controller: AbortController) -> Any:
-        return self.state.runtime.stream_with_retry(
+        return self.state.runtime.stream_or_retry(
             call.options, signal=controller.signal, retry_after_output=False
         )
 
