@@ -446,7 +446,7 @@ class LlmRuntime:
 
         ``async with rt.stream_or_retry(options) as call`` then ``await
         call.next_chunk()`` and ``call.ready``, as on a `RetryCall` (the
-        gateways use it). A call that could make only one attempt (its route's
+        gateway's HTTP API uses it). A call that could make only one attempt (its route's
         policy has ``max_retries=0``, no routing group serves the provider,
         the call log is off) runs without the executor (`OneAttempt`), which
         would forward its chunks and finish unchanged.

@@ -31,14 +31,13 @@ route's retry policy applies until the first output, never after (a stream
 cannot take output back); a route that allows no retry skips the executor.
 Nothing is written before the first chunk, so a call that fails before any
 output is the API's HTTP error (status, headers); after it, the API's
-in-stream error event. A slow reader backpressures the
-call (each write waits for the socket, so the call's buffer fills and the
-adapter stops reading upstream); a write that makes no progress for
-``heartbeat_timeout`` ends the call. A client that closes its connection
-(read as end of input, at any time after its body) aborts the call: the
-upstream response is closed and the call counts as ``aborted``. A quiet
-stream gets the API's ping every ``ping_interval`` (10 s). Answers carry
-``Connection: close``.
+in-stream error event. A slow reader backpressures the call (each write
+waits for the socket, so the call's buffer fills and the adapter stops
+reading upstream); a write that makes no progress for ``heartbeat_timeout``
+ends the call. A client that closes its connection (read as end of input,
+at any time after its body) aborts the call: the upstream response is
+closed and the call counts as ``aborted``. A quiet stream gets the API's
+ping every ``ping_interval`` (10 s). Answers carry ``Connection: close``.
 """
 
 from __future__ import annotations
