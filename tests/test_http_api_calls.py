@@ -170,14 +170,15 @@ async def test_a_slow_reader_holds_the_upstream_back(policy: Any) -> None:
             await wait_until(lambda: rt.statistics().calls_finished.get("stop", 0) == 1)
 
 
-async def test_traceparent_reaches_the_call() -> None:
+@POLICIES
+async def test_traceparent_reaches_the_call(policy: Any) -> None:
     seen: list[str | None] = []
 
     def middleware(request: GenerateOptions, next: Callable[[GenerateOptions], Any]) -> Any:
         seen.append(TRACEPARENT.get(None))
         return next(request)
 
-    async with api_gateway(middleware=middleware) as (server, _, _):
+    async with api_gateway(middleware=middleware, retry_policy=policy) as (server, _, _):
         headers = (("traceparent", TRACE),)
         reply = await exchange(
             server.port, request_bytes("/v1/chat/completions", chat_body(), headers=headers)
@@ -211,8 +212,10 @@ async def test_the_routes_retry_policy_applies_before_the_first_output() -> None
         assert rt.statistics().retries_by_code == {"OVERLOADED": 1}
 
 
-async def test_shutdown_gives_http_calls_the_grace_then_aborts_them() -> None:
-    async with api_gateway(Limits(shutdown_grace=0.2)) as (server, _rt, adapter):
+@POLICIES
+async def test_shutdown_gives_http_calls_the_grace_then_aborts_them(policy: Any) -> None:
+    limits = Limits(shutdown_grace=0.2)
+    async with api_gateway(limits, retry_policy=policy) as (server, _rt, adapter):
         with trio.fail_after(10):
             stream = await trio.open_tcp_stream("127.0.0.1", server.port)
             async with stream:
