@@ -55,7 +55,7 @@ import trio
 
 from llmrt._deadlines import DeadlineHeap, Entry, RuntimeServices
 from llmrt._egress import OUTBOUND, is_public_address
-from llmrt._helpers import stdlib_socket
+from llmrt._helpers import recv_when_readable, stdlib_socket
 
 from ._exchange import RequestHead
 from ._h11lite import (
@@ -176,14 +176,9 @@ async def _wait_read(conn: _Connection, raw: socket.socket | None) -> bytes:
     try:
         if raw is None:
             return cast(bytes, await conn.stream.receive_some(RECEIVE_BYTES))
-        while True:
-            await trio.lowlevel.wait_readable(raw)
-            try:
-                data = raw.recv(RECEIVE_BYTES)
-            except BlockingIOError:
-                continue  # a spurious wake-up
-            conn.eager = len(data) == RECEIVE_BYTES
-            return data
+        data = await recv_when_readable(raw, RECEIVE_BYTES)
+        conn.eager = len(data) == RECEIVE_BYTES
+        return data
     finally:
         conn.reading = False
 

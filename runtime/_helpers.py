@@ -7,7 +7,8 @@
   constraints (``Meta`` bounds, patterns); an encode -> decode round trip
   checks them, and detaches the value from anything its producer still holds.
 * `stdlib_socket`: the standard-library socket under a trio socket stream,
-  which the HTTP transport and the gateway's front door write to directly.
+  which the HTTP transport and the gateway's front door write to directly;
+  `recv_when_readable` reads one, waiting first.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import msgspec
 import trio
 
-__all__ = ["sole_exception", "raise_sole", "revalidated", "stdlib_socket"]
+__all__ = ["recv_when_readable", "sole_exception", "raise_sole", "revalidated", "stdlib_socket"]
 
 T = TypeVar("T")
 
@@ -54,3 +55,19 @@ def stdlib_socket(stream: trio.SocketStream) -> socket.socket | None:
     """The standard-library socket under ``stream`` (trio keeps it non-blocking), if reachable."""
     sock = getattr(stream.socket, "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
+
+
+async def recv_when_readable(sock: socket.socket, size: int) -> bytes:
+    """One ``recv`` of up to ``size`` bytes from non-blocking ``sock``, once it is readable.
+
+    For a reader that knows nothing is waiting yet: it skips the first
+    non-blocking attempt (and its failure) that trio's ``receive_some`` makes.
+    A checkpoint (it waits); errors of ``recv`` other than a spurious wake-up
+    propagate.
+    """
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return sock.recv(size)
+        except BlockingIOError:
+            continue  # a spurious wake-up

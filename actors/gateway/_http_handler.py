@@ -65,7 +65,7 @@ from llmrt import (
     RetryScheduled,
     UsageChunk,
 )
-from llmrt._helpers import stdlib_socket
+from llmrt._helpers import recv_when_readable, stdlib_socket
 from llmrt._nesting import MAX_NESTING, json_too_deep
 
 from .._abort import AbortController
@@ -908,10 +908,7 @@ async def _watch(writer: _Writer, controller: AbortController, limits: Limits) -
                     else:
                         # The socket itself: the client has sent its request, so a
                         # first non-blocking read (what receive_some tries) would fail.
-                        await trio.lowlevel.wait_readable(raw)
-                        data = raw.recv(_RECEIVE)
-                except BlockingIOError:
-                    continue  # a spurious wake-up
+                        data = await recv_when_readable(raw, _RECEIVE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
             if data is not None:
